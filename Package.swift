@@ -1,0 +1,32 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+// rpcd: a TCP RPC daemon. No package dependencies, by design: Foundation, Glibc, Dispatch and the
+// standard library only. Dependencies between modules point one way:
+//   RPCSchema <- RPCEntities <- RPCDaemon <- rpcd
+//   RPCTransport <- RPCClient, RPCDaemon
+let package = Package(
+    name: "rpcd",
+    platforms: [.macOS(.v13)],
+    products: [
+        .executable(name: "rpcd", targets: ["rpcd"]),
+        .executable(name: "rpcbench", targets: ["rpcbench"]),
+        // What a peer imports: the wire types (RPCSchema) and the client (RPCClient).
+        .library(name: "RPC", targets: ["RPCSchema", "RPCClient"]),
+    ],
+    targets: [
+        .target(name: "RPCSchema"),
+        .target(name: "RPCEntities", dependencies: ["RPCSchema"]),
+        .target(name: "RPCTransport"),
+        .target(name: "RPCClient", dependencies: ["RPCSchema", "RPCTransport"]),
+        .target(name: "RPCDaemon", dependencies: ["RPCSchema", "RPCEntities", "RPCTransport"]),
+        .executableTarget(name: "rpcd", dependencies: ["RPCDaemon"]),
+        .executableTarget(name: "rpcbench", dependencies: ["RPCSchema", "RPCTransport"]),
+        .testTarget(name: "RPCSchemaTests", dependencies: ["RPCSchema"]),
+        .testTarget(name: "RPCEntitiesTests", dependencies: ["RPCSchema", "RPCEntities"]),
+        .testTarget(name: "RPCTransportTests", dependencies: ["RPCTransport"]),
+        // Starts the real binaries (rpcd, rpcbench) over real TCP.
+        .testTarget(name: "IntegrationTests", dependencies: ["RPCSchema"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

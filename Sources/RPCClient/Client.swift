@@ -1,0 +1,1 @@
+// The client arrives with issue 5.

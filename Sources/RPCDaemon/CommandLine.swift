@@ -1,0 +1,106 @@
+/// What `rpcd` was asked to do.
+public enum Command: Equatable, Sendable {
+    case serve(ServeOptions)
+    case version
+    case help
+}
+
+/// Settings of `rpcd serve`.
+public struct ServeOptions: Equatable, Sendable {
+    public var listen: [String] = []
+    public var dataDir = "./data"
+    public var logLevel: LogLevel = .info
+    public var maxFrameBytes = 1 << 20
+    public var maxOutputBytes = 8 << 20
+
+    public static let defaultListen = "127.0.0.1:7878"
+
+    public init() {}
+}
+
+/// A usage error: one line, exit status 2.
+public struct UsageError: Error, Equatable, CustomStringConvertible {
+    public var message: String
+    public init(_ message: String) { self.message = message }
+    public var description: String { message }
+}
+
+/// Parses argv (without the program name). Flags take `--flag value` or `--flag=value`.
+public enum CommandLineParser {
+    public static let version = "0.1.0"
+
+    public static let help = """
+        rpcd \(version): a TCP RPC daemon speaking one JSON request per line.
+
+        Usage:
+          rpcd serve [options]     run the daemon
+          rpcd --version           print the version
+          rpcd --help              print this help
+
+        Options of serve:
+          --listen HOST:PORT       address to listen on, repeatable (default \(ServeOptions.defaultListen));
+                                   port 0 picks a free port; each bound address is logged as "listening on HOST:PORT"
+          --data-dir DIR           where state is kept (default ./data)
+          --log-level LEVEL        debug, info, warning or error (default info)
+          --max-frame-bytes N      longest request line accepted (default 1048576)
+          --max-output-bytes N     replies buffered for a peer that does not read before it is dropped (default 8388608)
+
+        Example:
+          rpcd serve --listen 127.0.0.1:7878
+          echo '{"id":"1","method":"user.listUsers"}' | nc -N 127.0.0.1 7878
+        """
+
+    public static func parse(_ arguments: [String]) throws(UsageError) -> Command {
+        guard let first = arguments.first else {
+            throw UsageError("no command given; run `rpcd serve` to start the daemon, or `rpcd --help`")
+        }
+        switch first {
+        case "--version", "-V", "version": return .version
+        case "--help", "-h", "help": return .help
+        case "serve":
+            if arguments.contains("--help") || arguments.contains("-h") { return .help }
+            return .serve(try parseServe(Array(arguments.dropFirst())))
+        default:
+            if first.hasPrefix("-") { throw UsageError("unknown option '\(first)'; see rpcd --help") }
+            throw UsageError("unknown command '\(first)'; commands: serve (see rpcd --help)")
+        }
+    }
+
+    static func parseServe(_ arguments: [String]) throws(UsageError) -> ServeOptions {
+        var options = ServeOptions()
+        var rest = arguments[...]
+        while let argument = rest.popFirst() {
+            var (flag, inline) = (argument, String?.none)
+            if argument.hasPrefix("--"), let equals = argument.firstIndex(of: "=") {
+                flag = String(argument[..<equals])
+                inline = String(argument[argument.index(after: equals)...])
+            }
+            func value() throws(UsageError) -> String {
+                if let inline { return inline }
+                guard let next = rest.popFirst() else { throw UsageError("\(flag) needs a value; see rpcd --help") }
+                return next
+            }
+            switch flag {
+            case "--listen": options.listen.append(try value())
+            case "--data-dir": options.dataDir = try value()
+            case "--log-level":
+                let text = try value()
+                guard let level = LogLevel(name: text) else {
+                    throw UsageError("--log-level '\(text)' is not one of debug, info, warning, error")
+                }
+                options.logLevel = level
+            case "--max-frame-bytes": options.maxFrameBytes = try positive(flag, try value())
+            case "--max-output-bytes": options.maxOutputBytes = try positive(flag, try value())
+            default:
+                throw UsageError("unknown option '\(argument)' for serve; see rpcd --help")
+            }
+        }
+        if options.listen.isEmpty { options.listen = [ServeOptions.defaultListen] }
+        return options
+    }
+
+    private static func positive(_ flag: String, _ text: String) throws(UsageError) -> Int {
+        guard let n = Int(text), n > 0 else { throw UsageError("\(flag) '\(text)' is not a positive whole number of bytes") }
+        return n
+    }
+}

@@ -1,0 +1,107 @@
+import Dispatch
+import Foundation
+import RPCEntities
+import RPCSchema
+import RPCTransport
+
+/// The program: argv in, exit status out.
+public enum Daemon {
+    /// Runs `rpcd` with `arguments` (without the program name). Returns only for commands that
+    /// finish; `serve` runs until a signal and exits the process itself.
+    public static func run(_ arguments: [String]) -> Int32 {
+        let command: Command
+        do {
+            command = try CommandLineParser.parse(arguments)
+        } catch {
+            LogSink.stderr.write("rpcd: \(error.message)\n")
+            return 2
+        }
+        switch command {
+        case .version:
+            print("rpcd \(CommandLineParser.version)")
+            return 0
+        case .help:
+            print(CommandLineParser.help)
+            return 0
+        case .serve(let options):
+            return serve(options)
+        }
+    }
+
+    static func serve(_ options: ServeOptions) -> Int32 {
+        let log = Logger(level: options.logLevel)
+        Syscall.ignoreSIGPIPE()
+        let signals = SignalHandler(signals: [SIGTERM, SIGINT])
+
+        var addresses: [SocketAddress] = []
+        for text in options.listen {
+            guard let address = SocketAddress(parsing: text) else {
+                log.error("--listen '\(text)' is not HOST:PORT with a numeric IPv4 or [IPv6] host, e.g. 127.0.0.1:7878")
+                return 2
+            }
+            addresses.append(address)
+        }
+
+        let dispatcher = Dispatcher(onCounterRequest: { request in
+            log.debug("counter-request \(request.method) id \(request.id) received; not answered")
+        })
+        let server = Server(
+            dispatcher: dispatcher, durability: nil,
+            limits: Connection.Limits(maxFrameBytes: options.maxFrameBytes, maxOutputBytes: options.maxOutputBytes),
+            loopCount: ProcessInfo.processInfo.activeProcessorCount, log: log)
+        do {
+            try server.listen(on: addresses)
+        } catch {
+            log.error("cannot listen: \(error); pick a free port with --listen HOST:PORT (port 0 picks one)")
+            return 1
+        }
+        log.info("rpcd \(CommandLineParser.version) serving \(addresses.count) listener(s); SIGTERM or SIGINT stops it")
+
+        signals.onSignal { signal in
+            log.info("received \(signal == SIGTERM ? "SIGTERM" : "SIGINT"); stopping: answering what was received, then exiting")
+            server.stop(grace: .seconds(3)) {
+                log.info("stopped")
+                exit(0)
+            }
+        }
+        dispatchMain()
+    }
+}
+
+/// Turns signals into calls on a queue (Dispatch signal sources), installed before anything binds.
+final class SignalHandler: @unchecked Sendable {
+    // @unchecked: `sources` is set once in init; `handler` is guarded by `lock`.
+    private let queue = DispatchQueue(label: "rpcd.signals")
+    private var sources: [any DispatchSourceSignal] = []
+    private let lock = NSLock()
+    private var handler: (@Sendable (Int32) -> Void)?
+    private var pending: [Int32] = []
+
+    init(signals: [Int32]) {
+        for number in signals {
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
+            source.setEventHandler { [unowned self] in self.deliver(number) }
+            source.resume()
+            sources.append(source)
+        }
+    }
+
+    /// Sets the handler; a signal that arrived before it is delivered now.
+    func onSignal(_ handler: @escaping @Sendable (Int32) -> Void) {
+        let early: [Int32] = lock.withLock {
+            self.handler = handler
+            defer { pending = [] }
+            return pending
+        }
+        for number in early { queue.async { handler(number) } }
+    }
+
+    private func deliver(_ number: Int32) {
+        let handler: (@Sendable (Int32) -> Void)? = lock.withLock {
+            if self.handler == nil { pending.append(number) }
+            return self.handler
+        }
+        handler?(number)
+    }
+}

@@ -1,0 +1,127 @@
+import Foundation
+import RPCSchema
+
+/// Where applied mutations go, in apply order (the journal). Called with the state lock held, so
+/// the order it sees is the order the state saw.
+public protocol MutationLog: AnyObject, Sendable {
+    /// Refuses mutations (with the returned reason) while the log cannot take them, e.g. after a failed write.
+    func refusal() -> String?
+    /// Records one applied mutation; returns the ticket its reply must wait for (nil: durable now).
+    func record(_ request: Request) -> UInt64?
+    /// Calls `done` once `ticket` is durable (`nil`) or can never be (the reason). Any thread.
+    func whenDurable(_ ticket: UInt64, _ done: @escaping @Sendable (_ failure: String?) -> Void)
+}
+
+/// Turns request lines into counter-request lines: decode the envelope, find the method, run it
+/// against the entities, encode the reply in the connection's wire form.
+///
+/// Thread-safe: any number of connection queues call `handle` at once; the entity state is guarded
+/// by one lock held only while a handler runs (decoding and encoding happen outside it).
+public final class Dispatcher: @unchecked Sendable {
+    // @unchecked: `state` is only touched with `lock` held.
+    private let lock = NSLock()
+    private var state: Entities
+    public let table: MethodTable<Entities>
+    private let log: MutationLog?
+    private let onCounterRequest: @Sendable (Request) -> Void
+
+    /// What a connection remembers between lines.
+    public struct Session: Sendable {
+        /// The form of the connection's first request; replies use it.
+        public var form: WireForm?
+        public init() {}
+    }
+
+    /// What `handle` did.
+    public enum Disposition: Equatable, Sendable {
+        /// Nothing to send (a counter-request).
+        case none
+        /// A reply was appended; send it now.
+        case reply
+        /// A reply to request `id` was appended; send it once the log has made `ticket` durable.
+        case replyAfter(ticket: UInt64, id: String)
+    }
+
+    public init(
+        state: Entities = Entities(), table: MethodTable<Entities> = Entities.table, log: MutationLog? = nil,
+        onCounterRequest: @escaping @Sendable (Request) -> Void = { _ in }
+    ) {
+        self.state = state
+        self.table = table
+        self.log = log
+        self.onCounterRequest = onCounterRequest
+    }
+
+    /// Handles one line (without its terminator) and appends the reply, if any, to `out`.
+    public func handle(line: UnsafeRawBufferPointer, session: inout Session, into out: inout [UInt8]) -> Disposition {
+        switch RequestCodec.decode(line) {
+        case .request(let request):
+            if session.form == nil { session.form = request.form }
+            return handle(request, form: session.form ?? .canonical, into: &out)
+        case .counterRequest(let request):
+            if session.form == nil { session.form = request.form }
+            onCounterRequest(request)
+            return .none
+        case .invalid(let id, let error, let form):
+            if session.form == nil, let form { session.form = form }
+            RequestCodec.encodeError(id: id, error, form: session.form ?? .canonical, into: &out)
+            return .reply
+        }
+    }
+
+    /// Handles a decoded request; the reply goes in `form`.
+    public func handle(_ request: Request, form: WireForm, into out: inout [UInt8]) -> Disposition {
+        guard let entry = table.entry(for: request.method) else {
+            let hint = table.hasEntity(request.method.entity)
+                ? "entity \"\(request.method.entity)\" has no method \"\(request.method.name)\""
+                : "there is no entity \"\(request.method.entity)\""
+            let methods = table.entries.map(\.method.description).joined(separator: ", ")
+            RequestCodec.encodeError(id: request.id, .methodNotFound("\(hint); methods: \(methods)"), form: form, into: &out)
+            return .reply
+        }
+        let prepared: MethodTable<Entities>.Prepared
+        switch entry.prepare(request.param) {
+        case .success(let call): prepared = call
+        case .failure(let error):
+            RequestCodec.encodeError(id: request.id, error, form: form, into: &out)
+            return .reply
+        }
+        let (result, ticket) = run(prepared, request: request, isMutation: entry.isMutation)
+        switch result {
+        case .success(let reply):
+            RequestCodec.encode(id: request.id, method: request.method.result, param: reply, form: form, into: &out)
+        case .failure(let error):
+            RequestCodec.encodeError(id: request.id, error, form: form, into: &out)
+        }
+        return ticket.map { .replyAfter(ticket: $0, id: request.id) } ?? .reply
+    }
+
+    private func run(
+        _ prepared: MethodTable<Entities>.Prepared, request: Request, isMutation: Bool
+    ) -> (Result<JSONValue, RPCError>, UInt64?) {
+        lock.lock()
+        defer { lock.unlock() }
+        if isMutation, let log, let reason = log.refusal() {
+            return (.failure(.internal("mutations are refused: \(reason)")), nil)
+        }
+        let result = prepared(&state)
+        guard isMutation, case .success = result, let log else { return (result, nil) }
+        return (result, log.record(request.canonical))
+    }
+
+    /// Runs `body` with the state lock held (snapshots, stats).
+    public func withState<T>(_ body: (inout Entities) throws -> T) rethrows -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body(&state)
+    }
+}
+
+extension Request {
+    /// The same request in canonical form (what the journal stores).
+    public var canonical: Request {
+        var copy = self
+        copy.form = .canonical
+        return copy
+    }
+}

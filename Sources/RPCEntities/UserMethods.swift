@@ -1,0 +1,74 @@
+import RPCSchema
+
+/// The `user` entity: its rules and the handlers of its methods.
+enum UserMethods {
+    static func register(in table: inout MethodTable<Entities>) {
+        table.on(CreateUser.self) { state, p throws(RPCError) in
+            try Rules.requireID(p.id, "id")
+            try Rules.requireName(p.name)
+            try Rules.requireEmail(p.email)
+            guard !state.users.contains(p.id) else {
+                throw .conflict("user \"\(p.id)\" exists already; pick another id or use user.updateUser")
+            }
+            let user = User(id: p.id, name: p.name, email: p.email)
+            state.users.insert(user, id: user.id)
+            return user
+        }
+        table.on(UpdateUser.self) { state, p throws(RPCError) in
+            guard var user = state.users[p.userId] else { throw Rules.unknownUser(p.userId) }
+            if let name = p.newName {
+                try Rules.requireName(name)
+                user.name = name
+            }
+            if let email = p.newEmail {
+                try Rules.requireEmail(email)
+                user.email = email
+            }
+            state.users.insert(user, id: user.id)
+            return user
+        }
+        table.on(DeleteUser.self) { state, p throws(RPCError) in
+            guard state.users.remove(p.userId) != nil else { throw Rules.unknownUser(p.userId) }
+            state.buildings.updateAll { building in
+                building.residents.removeAll { $0 == p.userId }
+            }
+            return Deleted(deleted: p.userId)
+        }
+        table.on(GetUser.self) { state, p throws(RPCError) in
+            guard let user = state.users[p.userId] else { throw Rules.unknownUser(p.userId) }
+            return user
+        }
+        table.on(ListUsers.self) { state, p throws(RPCError) in
+            try Rules.requireLimit(p.limit)
+            let page = state.users.page(after: p.after, limit: p.limit)
+            return UserPage(users: page.records, next: page.next)
+        }
+    }
+}
+
+/// Rules shared by the entities; every error says what was wrong and what to do.
+enum Rules {
+    static func requireID(_ id: String, _ field: String) throws(RPCError) {
+        guard !id.isEmpty else { throw .invalidParams("\(field) must not be empty") }
+    }
+
+    static func requireName(_ name: String) throws(RPCError) {
+        guard !name.isEmpty else { throw .invalidParams("name must not be empty") }
+    }
+
+    static func requireEmail(_ email: String) throws(RPCError) {
+        guard email.contains("@") else { throw .invalidParams("email \"\(email)\" has no @; give an address like ada@example.com") }
+    }
+
+    static func requireLimit(_ limit: Int?) throws(RPCError) {
+        if let limit, limit < 1 { throw .invalidParams("limit must be 1 or more (omit it to list all)") }
+    }
+
+    static func unknownUser(_ id: String) -> RPCError {
+        .notFound("no user \"\(id)\"; user.listUsers shows the existing ids")
+    }
+
+    static func unknownBuilding(_ id: String) -> RPCError {
+        .notFound("no building \"\(id)\"; building.listBuildings shows the existing ids")
+    }
+}

@@ -1,0 +1,297 @@
+// Encodable types to JSONValue, keeping the order keys were encoded in.
+
+/// Encodes `Encodable` values to a `JSONValue`. Keyed containers keep the order keys were encoded
+/// in (synthesized Codable encodes in declaration order); nil optionals encoded with
+/// `encodeIfPresent` (as synthesized code does) are omitted. Integers become `.number` with their
+/// decimal text, floating point values their shortest round-trip text; non-finite values throw
+/// `EncodingError.invalidValue`. A value that encodes nothing becomes `{}`.
+public struct JSONValueEncoder: Sendable {
+    public init() {}
+
+    public func encode<T: Encodable>(_ value: T) throws -> JSONValue {
+        if let v = value as? JSONValue { return v }
+        let e = _JSONValueEncoderImpl(codingPath: [])
+        try value.encode(to: e)
+        return e.result()
+    }
+}
+
+// MARK: - Storage
+
+/// A node of the value being built. Containers are reference types so that containers handed out
+/// earlier keep writing into the same place.
+enum _JSONEncNode {
+    case value(JSONValue)
+    case object(_JSONEncObject)
+    case array(_JSONEncArray)
+    /// Filled in later by a super encoder.
+    case deferred(_JSONValueEncoderImpl)
+
+    func finish() -> JSONValue {
+        switch self {
+        case .value(let v): return v
+        case .object(let o): return o.finish()
+        case .array(let a): return a.finish()
+        case .deferred(let e): return e.result()
+        }
+    }
+}
+
+final class _JSONEncObject {
+    var keys: [String] = []
+    var nodes: [_JSONEncNode] = []
+    var index: [String: Int]? = nil
+
+    /// Sets `key`, replacing an earlier value in place (keeping its position) or appending.
+    func set(_ key: String, _ node: _JSONEncNode) {
+        if let i = position(of: key) {
+            nodes[i] = node
+            return
+        }
+        if index != nil {
+            index?[key] = keys.count
+        } else if keys.count >= 16 {
+            var idx: [String: Int] = [:]
+            for (i, k) in keys.enumerated() { idx[k] = i }
+            idx[key] = keys.count
+            index = idx
+        }
+        keys.append(key)
+        nodes.append(node)
+    }
+
+    func position(of key: String) -> Int? {
+        if let index { return index[key] }
+        return keys.firstIndex(of: key)
+    }
+
+    func finish() -> JSONValue {
+        var pairs: [(key: String, value: JSONValue)] = []
+        pairs.reserveCapacity(keys.count)
+        for i in keys.indices { pairs.append((key: keys[i], value: nodes[i].finish())) }
+        return .object(JSONObject(pairs))
+    }
+}
+
+final class _JSONEncArray {
+    var nodes: [_JSONEncNode] = []
+
+    func finish() -> JSONValue {
+        .array(nodes.map { $0.finish() })
+    }
+}
+
+enum _JSONEncoding {
+    static func double(_ d: Double, path: [any CodingKey]) throws -> JSONValue {
+        guard d.isFinite else {
+            throw EncodingError.invalidValue(
+                d, .init(codingPath: path, debugDescription: "cannot encode non-finite number \(d)"))
+        }
+        return .number("\(d)")
+    }
+
+    static func float(_ f: Float, path: [any CodingKey]) throws -> JSONValue {
+        guard f.isFinite else {
+            throw EncodingError.invalidValue(
+                f, .init(codingPath: path, debugDescription: "cannot encode non-finite number \(f)"))
+        }
+        return .number("\(f)")
+    }
+
+    /// The node for an arbitrary Encodable, with fast paths for JSONValue and common primitives.
+    static func node<T: Encodable>(_ value: T, path: [any CodingKey]) throws -> _JSONEncNode {
+        if T.self == JSONValue.self, let v = value as? JSONValue { return .value(v) }
+        if T.self == String.self, let s = value as? String { return .value(.string(s)) }
+        if T.self == Int.self, let i = value as? Int { return .value(.number(String(i))) }
+        if T.self == Bool.self, let b = value as? Bool { return .value(.bool(b)) }
+        if T.self == Double.self, let d = value as? Double { return .value(try double(d, path: path)) }
+        let e = _JSONValueEncoderImpl(codingPath: path)
+        try value.encode(to: e)
+        return e.storage ?? .value(.object(JSONObject()))
+    }
+}
+
+// MARK: - Encoder
+
+final class _JSONValueEncoderImpl: Encoder {
+    let codingPath: [any CodingKey]
+    var userInfo: [CodingUserInfoKey: Any] { [:] }
+    var storage: _JSONEncNode?
+
+    init(codingPath: [any CodingKey]) {
+        self.codingPath = codingPath
+    }
+
+    func result() -> JSONValue {
+        storage?.finish() ?? .object(JSONObject())
+    }
+
+    func storeValue(_ v: JSONValue) {
+        storage = .value(v)
+    }
+
+    func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
+        let object: _JSONEncObject
+        if case .object(let existing) = storage {
+            object = existing
+        } else {
+            object = _JSONEncObject()
+            storage = .object(object)
+        }
+        return KeyedEncodingContainer(_JSONKeyedEncodingContainer<Key>(object: object, codingPath: codingPath))
+    }
+
+    func unkeyedContainer() -> any UnkeyedEncodingContainer {
+        let array: _JSONEncArray
+        if case .array(let existing) = storage {
+            array = existing
+        } else {
+            array = _JSONEncArray()
+            storage = .array(array)
+        }
+        return _JSONUnkeyedEncodingContainer(array: array, codingPath: codingPath)
+    }
+
+    func singleValueContainer() -> any SingleValueEncodingContainer {
+        _JSONSingleValueEncodingContainer(encoder: self)
+    }
+}
+
+// MARK: - Keyed
+
+struct _JSONKeyedEncodingContainer<Key: CodingKey>: KeyedEncodingContainerProtocol {
+    let object: _JSONEncObject
+    let codingPath: [any CodingKey]
+
+    func put(_ v: JSONValue, _ key: Key) { object.set(key.stringValue, .value(v)) }
+
+    mutating func encodeNil(forKey key: Key) throws { put(.null, key) }
+    mutating func encode(_ value: Bool, forKey key: Key) throws { put(.bool(value), key) }
+    mutating func encode(_ value: String, forKey key: Key) throws { put(.string(value), key) }
+    mutating func encode(_ value: Double, forKey key: Key) throws {
+        put(try _JSONEncoding.double(value, path: codingPath + [key]), key)
+    }
+    mutating func encode(_ value: Float, forKey key: Key) throws {
+        put(try _JSONEncoding.float(value, path: codingPath + [key]), key)
+    }
+    mutating func encode(_ value: Int, forKey key: Key) throws { put(.number(String(value)), key) }
+    mutating func encode(_ value: Int8, forKey key: Key) throws { put(.number(String(value)), key) }
+    mutating func encode(_ value: Int16, forKey key: Key) throws { put(.number(String(value)), key) }
+    mutating func encode(_ value: Int32, forKey key: Key) throws { put(.number(String(value)), key) }
+    mutating func encode(_ value: Int64, forKey key: Key) throws { put(.number(String(value)), key) }
+    mutating func encode(_ value: UInt, forKey key: Key) throws { put(.number(String(value)), key) }
+    mutating func encode(_ value: UInt8, forKey key: Key) throws { put(.number(String(value)), key) }
+    mutating func encode(_ value: UInt16, forKey key: Key) throws { put(.number(String(value)), key) }
+    mutating func encode(_ value: UInt32, forKey key: Key) throws { put(.number(String(value)), key) }
+    mutating func encode(_ value: UInt64, forKey key: Key) throws { put(.number(String(value)), key) }
+    mutating func encode<T: Encodable>(_ value: T, forKey key: Key) throws {
+        object.set(key.stringValue, try _JSONEncoding.node(value, path: codingPath + [key]))
+    }
+
+    mutating func nestedContainer<NestedKey: CodingKey>(
+        keyedBy keyType: NestedKey.Type, forKey key: Key
+    ) -> KeyedEncodingContainer<NestedKey> {
+        let nested = _JSONEncObject()
+        object.set(key.stringValue, .object(nested))
+        return KeyedEncodingContainer(_JSONKeyedEncodingContainer<NestedKey>(object: nested, codingPath: codingPath + [key]))
+    }
+
+    mutating func nestedUnkeyedContainer(forKey key: Key) -> any UnkeyedEncodingContainer {
+        let nested = _JSONEncArray()
+        object.set(key.stringValue, .array(nested))
+        return _JSONUnkeyedEncodingContainer(array: nested, codingPath: codingPath + [key])
+    }
+
+    mutating func superEncoder() -> any Encoder {
+        let key = _JSONDynamicKey.super
+        let e = _JSONValueEncoderImpl(codingPath: codingPath + [key])
+        object.set(key.stringValue, .deferred(e))
+        return e
+    }
+
+    mutating func superEncoder(forKey key: Key) -> any Encoder {
+        let e = _JSONValueEncoderImpl(codingPath: codingPath + [key])
+        object.set(key.stringValue, .deferred(e))
+        return e
+    }
+}
+
+// MARK: - Unkeyed
+
+struct _JSONUnkeyedEncodingContainer: UnkeyedEncodingContainer {
+    let array: _JSONEncArray
+    let codingPath: [any CodingKey]
+
+    var count: Int { array.nodes.count }
+
+    var nextPath: [any CodingKey] { codingPath + [_JSONDynamicKey(intValue: array.nodes.count)] }
+
+    func put(_ v: JSONValue) { array.nodes.append(.value(v)) }
+
+    mutating func encodeNil() throws { put(.null) }
+    mutating func encode(_ value: Bool) throws { put(.bool(value)) }
+    mutating func encode(_ value: String) throws { put(.string(value)) }
+    mutating func encode(_ value: Double) throws { put(try _JSONEncoding.double(value, path: nextPath)) }
+    mutating func encode(_ value: Float) throws { put(try _JSONEncoding.float(value, path: nextPath)) }
+    mutating func encode(_ value: Int) throws { put(.number(String(value))) }
+    mutating func encode(_ value: Int8) throws { put(.number(String(value))) }
+    mutating func encode(_ value: Int16) throws { put(.number(String(value))) }
+    mutating func encode(_ value: Int32) throws { put(.number(String(value))) }
+    mutating func encode(_ value: Int64) throws { put(.number(String(value))) }
+    mutating func encode(_ value: UInt) throws { put(.number(String(value))) }
+    mutating func encode(_ value: UInt8) throws { put(.number(String(value))) }
+    mutating func encode(_ value: UInt16) throws { put(.number(String(value))) }
+    mutating func encode(_ value: UInt32) throws { put(.number(String(value))) }
+    mutating func encode(_ value: UInt64) throws { put(.number(String(value))) }
+    mutating func encode<T: Encodable>(_ value: T) throws {
+        array.nodes.append(try _JSONEncoding.node(value, path: nextPath))
+    }
+
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type) -> KeyedEncodingContainer<NestedKey> {
+        let path = nextPath
+        let nested = _JSONEncObject()
+        array.nodes.append(.object(nested))
+        return KeyedEncodingContainer(_JSONKeyedEncodingContainer<NestedKey>(object: nested, codingPath: path))
+    }
+
+    mutating func nestedUnkeyedContainer() -> any UnkeyedEncodingContainer {
+        let path = nextPath
+        let nested = _JSONEncArray()
+        array.nodes.append(.array(nested))
+        return _JSONUnkeyedEncodingContainer(array: nested, codingPath: path)
+    }
+
+    mutating func superEncoder() -> any Encoder {
+        let e = _JSONValueEncoderImpl(codingPath: nextPath)
+        array.nodes.append(.deferred(e))
+        return e
+    }
+}
+
+// MARK: - Single value
+
+struct _JSONSingleValueEncodingContainer: SingleValueEncodingContainer {
+    let encoder: _JSONValueEncoderImpl
+    var codingPath: [any CodingKey] { encoder.codingPath }
+
+    func put(_ v: JSONValue) { encoder.storage = .value(v) }
+
+    mutating func encodeNil() throws { put(.null) }
+    mutating func encode(_ value: Bool) throws { put(.bool(value)) }
+    mutating func encode(_ value: String) throws { put(.string(value)) }
+    mutating func encode(_ value: Double) throws { put(try _JSONEncoding.double(value, path: codingPath)) }
+    mutating func encode(_ value: Float) throws { put(try _JSONEncoding.float(value, path: codingPath)) }
+    mutating func encode(_ value: Int) throws { put(.number(String(value))) }
+    mutating func encode(_ value: Int8) throws { put(.number(String(value))) }
+    mutating func encode(_ value: Int16) throws { put(.number(String(value))) }
+    mutating func encode(_ value: Int32) throws { put(.number(String(value))) }
+    mutating func encode(_ value: Int64) throws { put(.number(String(value))) }
+    mutating func encode(_ value: UInt) throws { put(.number(String(value))) }
+    mutating func encode(_ value: UInt8) throws { put(.number(String(value))) }
+    mutating func encode(_ value: UInt16) throws { put(.number(String(value))) }
+    mutating func encode(_ value: UInt32) throws { put(.number(String(value))) }
+    mutating func encode(_ value: UInt64) throws { put(.number(String(value))) }
+    mutating func encode<T: Encodable>(_ value: T) throws {
+        encoder.storage = try _JSONEncoding.node(value, path: codingPath)
+    }
+}

@@ -1,0 +1,124 @@
+// Compact JSON output.
+
+public enum JSONWriter {
+    /// Appends compact JSON (no spaces) for `value` to `out`. Strings are escaped per RFC 8259
+    /// (\" \\ \n \r \t \b \f, other control characters as \u00XX; "/" is not escaped; non-ASCII is
+    /// written as raw UTF-8). Numbers are written as their literal text; object pairs in order.
+    public static func write(_ value: JSONValue, into out: inout [UInt8]) {
+        switch value {
+        case .null:
+            appendASCII("null", into: &out)
+        case .bool(let b):
+            appendASCII(b ? "true" : "false", into: &out)
+        case .number(let text):
+            appendUTF8(text, into: &out)
+        case .string(let s):
+            writeString(s, into: &out)
+        case .array(let items):
+            out.append(0x5B)  // [
+            var first = true
+            for item in items {
+                if !first { out.append(0x2C) }
+                first = false
+                write(item, into: &out)
+            }
+            out.append(0x5D)  // ]
+        case .object(let object):
+            out.append(0x7B)  // {
+            var first = true
+            for pair in object.pairs {
+                if !first { out.append(0x2C) }
+                first = false
+                writeString(pair.key, into: &out)
+                out.append(0x3A)  // :
+                write(pair.value, into: &out)
+            }
+            out.append(0x7D)  // }
+        }
+    }
+
+    /// Appends `s` as a quoted, escaped JSON string.
+    public static func writeString(_ s: String, into out: inout [UInt8]) {
+        out.append(0x22)
+        let done: Void? = s.utf8.withContiguousStorageIfAvailable { buf in
+            appendEscaped(buf, into: &out)
+        }
+        if done == nil {
+            var copy = s
+            copy.makeContiguousUTF8()
+            let again: Void? = copy.utf8.withContiguousStorageIfAvailable { buf in
+                appendEscaped(buf, into: &out)
+            }
+            if again == nil {
+                let bytes = Array(s.utf8)
+                bytes.withUnsafeBufferPointer { appendEscaped($0, into: &out) }
+            }
+        }
+        out.append(0x22)
+    }
+
+    /// Compact JSON text for `value`.
+    public static func string(_ value: JSONValue) -> String {
+        var out: [UInt8] = []
+        out.reserveCapacity(64)
+        write(value, into: &out)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    // MARK: - Internals
+
+    @inline(__always)
+    static func appendASCII(_ s: StaticString, into out: inout [UInt8]) {
+        out.append(contentsOf: UnsafeBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount))
+    }
+
+    @inline(__always)
+    static func appendUTF8(_ s: String, into out: inout [UInt8]) {
+        let done: Void? = s.utf8.withContiguousStorageIfAvailable { out.append(contentsOf: $0) }
+        if done == nil { out.append(contentsOf: s.utf8) }
+    }
+
+    private static let hexDigits: StaticString = "0123456789abcdef"
+
+    /// Appends the bytes of a string body, escaping what RFC 8259 requires. Runs of bytes that need
+    /// no escaping are appended in one go (the whole string when nothing needs escaping).
+    static func appendEscaped(_ buf: UnsafeBufferPointer<UInt8>, into out: inout [UInt8]) {
+        var runStart = 0
+        var i = 0
+        let n = buf.count
+        while i < n {
+            let b = buf[i]
+            if b >= 0x20 && b != 0x22 && b != 0x5C {
+                i += 1
+                continue
+            }
+            if runStart < i {
+                out.append(contentsOf: UnsafeBufferPointer(rebasing: buf[runStart..<i]))
+            }
+            out.append(0x5C)  // \
+            switch b {
+            case 0x22: out.append(0x22)
+            case 0x5C: out.append(0x5C)
+            case 0x0A: out.append(0x6E)  // n
+            case 0x0D: out.append(0x72)  // r
+            case 0x09: out.append(0x74)  // t
+            case 0x08: out.append(0x62)  // b
+            case 0x0C: out.append(0x66)  // f
+            default:
+                let hex = hexDigits.utf8Start
+                out.append(0x75)  // u
+                out.append(0x30)
+                out.append(0x30)
+                out.append(hex[Int(b >> 4)])
+                out.append(hex[Int(b & 0xF)])
+            }
+            i += 1
+            runStart = i
+        }
+        if runStart == 0 {
+            out.append(contentsOf: buf)
+        } else if runStart < n {
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: buf[runStart..<n]))
+        }
+    }
+}

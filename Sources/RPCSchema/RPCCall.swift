@@ -1,0 +1,44 @@
+/// One callable method, described by its param type.
+///
+/// The param type names the method and its result, so a typed client call
+/// `try await client.call(GetUser(userId: "u1"))` returns a `User` (JSONRPCKit's `Request`,
+/// isowords' routes). Adding a method to an entity is one such type here, one line in the entity's
+/// `calls` list, and its handler on the server side.
+public protocol RPCCall: Codable, Sendable {
+    /// What the success counter-request carries as its param.
+    associatedtype Reply: Codable & Sendable
+    /// What a typed client call returns (usually the reply itself).
+    associatedtype Output: Sendable = Reply
+
+    static var method: RPCMethod { get }
+    /// Whether the call changes state (and so is journaled). Reads are never journaled.
+    static var isMutation: Bool { get }
+    static func output(from reply: Reply) -> Output
+}
+
+extension RPCCall {
+    public static var isMutation: Bool { false }
+}
+
+extension RPCCall where Output == Reply {
+    public static func output(from reply: Reply) -> Output { reply }
+}
+
+/// The description of one param field, derived from the param type's `Decodable` conformance.
+public struct RPCField: Hashable, Sendable, Codable {
+    public var name: String
+    /// `string`, `integer`, `number`, `boolean`, `[string]`, `object` …
+    public var type: String
+    public var optional: Bool
+
+    public init(name: String, type: String, optional: Bool) {
+        self.name = name
+        self.type = type
+        self.optional = optional
+    }
+}
+
+extension RPCCall {
+    /// The param's fields in declaration order, read off the synthesized `init(from:)`.
+    public static var fields: [RPCField] { FieldRecorder.fields(of: Self.self) }
+}

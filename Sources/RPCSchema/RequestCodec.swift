@@ -1,0 +1,156 @@
+/// The two spellings of a request on the wire. Both are accepted on every connection; replies go in
+/// the form of the connection's first request.
+public enum WireForm: Sendable, Hashable {
+    /// `{"id":"1","method":"user.getUser","param":{"userId":"u1"}}`
+    case canonical
+    /// What Swift's `JSONEncoder` writes for an enum-typed method and entity-wrapped param:
+    /// `{"id":"1","method":{"user":{"_0":"getUser"}},"param":{"user":{"getUser":{"userId":"u1"}}}}`
+    case seed
+}
+
+/// A decoded request envelope; `param` is the method's own param object (the seed wrapper removed).
+public struct Request: Sendable, Equatable {
+    public var id: String
+    public var method: RPCMethod
+    public var param: JSONValue?
+    public var form: WireForm
+
+    public init(id: String, method: RPCMethod, param: JSONValue?, form: WireForm = .canonical) {
+        self.id = id
+        self.method = method
+        self.param = param
+        self.form = form
+    }
+}
+
+/// What one line turned out to be.
+public enum DecodedLine: Sendable {
+    /// A request to serve.
+    case request(Request)
+    /// A counter-request (`…Result` or `error.error`): handed to a local handler, never answered.
+    case counterRequest(Request)
+    /// Not a request: answer with `error.error`, echoing `id` ("" when no string id was found).
+    case invalid(id: String, error: RPCError, form: WireForm?)
+}
+
+/// Decodes and encodes the envelope: the one place that knows both wire forms (sourcekit-lsp `MessageCoding`).
+public enum RequestCodec {
+    public static func decode(_ line: UnsafeRawBufferPointer) -> DecodedLine {
+        let value: JSONValue
+        do {
+            value = try JSONParser.parse(line)
+        } catch {
+            return .invalid(id: "", error: .parseError("the line is not valid JSON: \(error); send one JSON object per line"), form: nil)
+        }
+        return decode(value)
+    }
+
+    public static func decode(_ value: JSONValue) -> DecodedLine {
+        guard case .object(let object) = value else {
+            return .invalid(id: "", error: .invalidRequest("a request must be a JSON object with id, method and param"), form: nil)
+        }
+        let id = object["id"]?.stringValue
+        let method: (RPCMethod, WireForm)?
+        switch object["method"] {
+        case nil, .null?:
+            return .invalid(id: id ?? "", error: .invalidRequest("the request has no method; add \"method\":\"entity.method\""), form: nil)
+        case .string(let text)?:
+            guard let parsed = RPCMethod(parsing: text) else {
+                return .invalid(id: id ?? "", error: .methodNotFound("method \"\(text)\" is not of the form entity.method, e.g. user.getUser"), form: .canonical)
+            }
+            method = (parsed, .canonical)
+        case .object(let seed)?:
+            method = seedMethod(seed).map { ($0, .seed) }
+        default:
+            method = nil
+        }
+        guard let (name, form) = method else {
+            return .invalid(id: id ?? "", error: .invalidRequest("method must be a string \"entity.method\" or a seed-form object {\"entity\":{\"_0\":\"method\"}}"), form: nil)
+        }
+        let param: JSONValue?
+        switch (form, object["param"]) {
+        case (_, nil), (_, .null?):
+            param = nil
+        case (.canonical, let value?):
+            param = value
+        case (.seed, let value?):
+            guard let inner = seedParam(value, method: name) else {
+                if name.isCounterRequest { param = value; break }
+                return .invalid(id: id ?? "", error: .invalidParams("a seed-form param must be {\"\(name.entity)\":{\"\(name.name)\":{...}}}"), form: form)
+            }
+            param = inner
+        }
+        let request = Request(id: id ?? "", method: name, param: param, form: form)
+        if name.isCounterRequest { return .counterRequest(request) }
+        switch object["id"] {
+        case .string?: return .request(request)
+        case nil: return .invalid(id: "", error: .invalidRequest("the request has no id; add \"id\":\"<string>\""), form: form)
+        default: return .invalid(id: "", error: .invalidRequest("the request id must be a string, e.g. \"id\":\"1\""), form: form)
+        }
+    }
+
+    /// `{"user":{"_0":"getUser"}}` -> user.getUser
+    private static func seedMethod(_ seed: JSONObject) -> RPCMethod? {
+        guard seed.count == 1, let (entity, inner) = seed.pairs.first.map({ ($0.key, $0.value) }),
+            case .object(let payload) = inner, payload.count == 1, case .string(let name)? = payload["_0"],
+            !entity.isEmpty, !name.isEmpty
+        else { return nil }
+        return RPCMethod(entity, name)
+    }
+
+    /// `{"user":{"getUser":{...}}}` -> {...}
+    private static func seedParam(_ value: JSONValue, method: RPCMethod) -> JSONValue? {
+        guard case .object(let outer) = value, outer.count == 1, case .object(let inner)? = outer[method.entity],
+            inner.count == 1, let param = inner[method.name]
+        else { return nil }
+        return param
+    }
+
+    // MARK: - Encoding
+
+    /// Appends one line (with its `\n`) calling `method` with `param` in the given form.
+    public static func encode(id: String, method: RPCMethod, param: JSONValue?, form: WireForm, into out: inout [UInt8]) {
+        out.append(contentsOf: #"{"id":"#.utf8)
+        JSONWriter.writeString(id, into: &out)
+        out.append(contentsOf: #","method":"#.utf8)
+        switch form {
+        case .canonical:
+            JSONWriter.writeString(method.description, into: &out)
+        case .seed:
+            out.append(UInt8(ascii: "{"))
+            JSONWriter.writeString(method.entity, into: &out)
+            out.append(contentsOf: #":{"_0":"#.utf8)
+            JSONWriter.writeString(method.name, into: &out)
+            out.append(contentsOf: "}}".utf8)
+        }
+        if let param {
+            out.append(contentsOf: #","param":"#.utf8)
+            switch form {
+            case .canonical:
+                JSONWriter.write(param, into: &out)
+            case .seed:
+                out.append(UInt8(ascii: "{"))
+                JSONWriter.writeString(method.entity, into: &out)
+                out.append(contentsOf: ":{".utf8)
+                JSONWriter.writeString(method.name, into: &out)
+                out.append(UInt8(ascii: ":"))
+                JSONWriter.write(param, into: &out)
+                out.append(contentsOf: "}}".utf8)
+            }
+        }
+        out.append(contentsOf: "}\n".utf8)
+    }
+
+    public static func encode(_ request: Request, into out: inout [UInt8]) {
+        encode(id: request.id, method: request.method, param: request.param, form: request.form, into: &out)
+    }
+
+    /// Appends an `error.error` counter-request.
+    public static func encodeError(id: String, _ error: RPCError, form: WireForm, into out: inout [UInt8]) {
+        let param: JSONValue = .object(JSONObject([
+            (key: "errorMessage", value: .string(error.errorMessage)),
+            (key: "code", value: .string(error.code.rawValue)),
+        ]))
+        encode(id: id, method: .error, param: param, form: form, into: &out)
+    }
+}

@@ -1,0 +1,137 @@
+import Dispatch
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A listening TCP socket whose accepts run on a Dispatch read source.
+public final class Listener: @unchecked Sendable {
+    // @unchecked: `source`, `spareFD` and `isClosed` are only touched on `queue`.
+    public let address: SocketAddress
+    private let fd: Int32
+    private let queue: DispatchQueue
+    private var source: (any DispatchSourceRead)?
+    /// Kept open to be given up when the process runs out of fds, so one pending connection can
+    /// be accepted and shed instead of spinning on a readable listener (libuv's trick).
+    private var spareFD: Int32 = -1
+    private var isClosed = false
+    private var pausedSource: (any DispatchSourceRead)?
+    private let onAccept: @Sendable (Int32, SocketAddress?) -> Void
+    private let onError: @Sendable (String) -> Void
+
+    /// Binds and listens on `address` (port 0 picks a free one; `address` then holds the real port).
+    public convenience init(
+        binding address: SocketAddress, backlog: Int32 = 1024, queue: DispatchQueue,
+        onAccept: @escaping @Sendable (Int32, SocketAddress?) -> Void,
+        onError: @escaping @Sendable (String) -> Void
+    ) throws(Errno) {
+        let fd = try Syscall.socket(domain: address.family, type: Int32(SOCK_STREAM.rawValue))
+        do {
+            try Syscall.setOption(fd, level: SOL_SOCKET, name: SO_REUSEADDR, value: 1)
+            if case .ipv6 = address {
+                try Syscall.setOption(fd, level: Int32(IPPROTO_IPV6), name: IPV6_V6ONLY, value: 1)
+            }
+            try Syscall.bind(fd, address)
+            try Syscall.listen(fd, backlog: backlog)
+        } catch {
+            Syscall.close(fd)
+            throw error
+        }
+        try self.init(listening: fd, queue: queue, onAccept: onAccept, onError: onError)
+    }
+
+    /// Adopts a socket that is already listening (e.g. inherited from systemd).
+    public init(
+        listening fd: Int32, queue: DispatchQueue,
+        onAccept: @escaping @Sendable (Int32, SocketAddress?) -> Void,
+        onError: @escaping @Sendable (String) -> Void
+    ) throws(Errno) {
+        try Syscall.setNonBlocking(fd)
+        self.fd = fd
+        self.address = try Syscall.localAddress(fd)
+        self.queue = queue
+        self.onAccept = onAccept
+        self.onError = onError
+        self.spareFD = Self.openSpare()
+    }
+
+    /// Starts accepting.
+    public func start() {
+        queue.async { [self] in
+            guard !isClosed else { return }
+            let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+            source.setEventHandler { [unowned self] in self.acceptAll() }
+            source.setCancelHandler { [self] in
+                Syscall.close(fd)
+                if spareFD >= 0 { Syscall.close(spareFD) }
+            }
+            self.source = source
+            source.resume()
+        }
+    }
+
+    /// Stops accepting and closes the socket (in the source's cancel handler).
+    public func close() {
+        queue.async { [self] in
+            guard !isClosed else { return }
+            isClosed = true
+            if let source {
+                source.cancel()
+            } else {
+                Syscall.close(fd)
+                if spareFD >= 0 { Syscall.close(spareFD) }
+            }
+            source = nil
+        }
+    }
+
+    private func acceptAll() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        // Bounded, so one busy listener cannot starve the others on this queue.
+        for _ in 0..<256 where !isClosed {
+            do {
+                guard case .processed(let (client, peer)) = try Syscall.accept(fd) else { return }
+                onAccept(client, peer)
+            } catch let error where error.code == EMFILE || error.code == ENFILE {
+                shedOne(error)
+                return
+            } catch let error where error.code == ECONNABORTED || error.code == EPROTO {
+                continue
+            } catch {
+                onError("accept on \(address) failed: \(error)")
+                pause()
+                return
+            }
+        }
+    }
+
+    /// Out of fds: accept with the spare fd's slot and close at once, so the peer sees a close
+    /// instead of hanging in the backlog and the listener stops being readable.
+    private func shedOne(_ error: Errno) {
+        onError("out of file descriptors (\(error)); shedding a connection on \(address); raise LimitNOFILE or lower max_connections")
+        if spareFD >= 0 {
+            Syscall.close(spareFD)
+            spareFD = -1
+            if case .processed(let (client, _))? = try? Syscall.accept(fd) { Syscall.close(client) }
+            spareFD = Self.openSpare()
+        }
+        pause()
+    }
+
+    /// Stops accepting for a moment (back off rather than spin on a readable listener).
+    private func pause() {
+        guard let source, !isClosed, pausedSource == nil else { return }
+        source.suspend()
+        pausedSource = source
+        // Resumed even if closed meanwhile: a cancelled source must be resumed to be released.
+        queue.asyncAfter(deadline: .now() + .milliseconds(100)) { [self] in
+            pausedSource?.resume()
+            pausedSource = nil
+        }
+    }
+
+    private static func openSpare() -> Int32 {
+        open("/dev/null", O_RDONLY | O_CLOEXEC)
+    }
+}

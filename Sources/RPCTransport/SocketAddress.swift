@@ -1,0 +1,98 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// An IPv4 or IPv6 address with a port.
+public enum SocketAddress: Sendable, CustomStringConvertible {
+    case ipv4(sockaddr_in)
+    case ipv6(sockaddr_in6)
+
+    /// Parses `HOST:PORT`, where HOST is an IPv4 literal, `[IPv6]` literal, `localhost` or `*`
+    /// (all IPv4 interfaces). Returns nil with no guessing: names other than localhost are not resolved.
+    public init?(parsing text: String) {
+        guard let colon = text.lastIndex(of: ":") else { return nil }
+        var host = String(text[..<colon])
+        guard let port = UInt16(text[text.index(after: colon)...]) else { return nil }
+        if host.hasPrefix("[") && host.hasSuffix("]") {
+            host = String(host.dropFirst().dropLast())
+            var address = sockaddr_in6()
+            guard inet_pton(AF_INET6, host, &address.sin6_addr) == 1 else { return nil }
+            address.sin6_family = sa_family_t(AF_INET6)
+            address.sin6_port = port.bigEndian
+            self = .ipv6(address)
+            return
+        }
+        if host == "localhost" { host = "127.0.0.1" }
+        if host == "*" || host.isEmpty { host = "0.0.0.0" }
+        var address = sockaddr_in()
+        guard inet_pton(AF_INET, host, &address.sin_addr) == 1 else { return nil }
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        self = .ipv4(address)
+    }
+
+    init?(storage: sockaddr_storage) {
+        var storage = storage
+        switch Int32(storage.ss_family) {
+        case AF_INET:
+            self = withUnsafeBytes(of: &storage) { .ipv4($0.load(as: sockaddr_in.self)) }
+        case AF_INET6:
+            self = withUnsafeBytes(of: &storage) { .ipv6($0.load(as: sockaddr_in6.self)) }
+        default:
+            return nil
+        }
+    }
+
+    public var family: Int32 {
+        switch self {
+        case .ipv4: return AF_INET
+        case .ipv6: return AF_INET6
+        }
+    }
+
+    public var port: UInt16 {
+        switch self {
+        case .ipv4(let address): return UInt16(bigEndian: address.sin_port)
+        case .ipv6(let address): return UInt16(bigEndian: address.sin6_port)
+        }
+    }
+
+    /// The host part as text: `127.0.0.1`, `::1`.
+    public var host: String {
+        var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
+        switch self {
+        case .ipv4(var address):
+            _ = inet_ntop(AF_INET, &address.sin_addr, &buffer, socklen_t(buffer.count))
+        case .ipv6(var address):
+            _ = inet_ntop(AF_INET6, &address.sin6_addr, &buffer, socklen_t(buffer.count))
+        }
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    /// `127.0.0.1:7878`, `[::1]:7878`
+    public var description: String {
+        switch self {
+        case .ipv4: return "\(host):\(port)"
+        case .ipv6: return "[\(host)]:\(port)"
+        }
+    }
+
+    func withSockAddr<R>(_ body: (UnsafePointer<sockaddr>, socklen_t) throws(Errno) -> R) throws(Errno) -> R {
+        switch self {
+        case .ipv4(var address):
+            return try withUnsafePointer(to: &address) { pointer throws(Errno) in
+                try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sockaddr throws(Errno) in
+                    try body(sockaddr, socklen_t(MemoryLayout<sockaddr_in>.size))
+                }
+            }
+        case .ipv6(var address):
+            return try withUnsafePointer(to: &address) { pointer throws(Errno) in
+                try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sockaddr throws(Errno) in
+                    try body(sockaddr, socklen_t(MemoryLayout<sockaddr_in6>.size))
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,1 @@
+print("rpcbench: not built yet")
