@@ -1,6 +1,8 @@
 /// What `rpcd` was asked to do.
 public enum Command: Equatable, Sendable {
     case serve(ServeOptions)
+    /// Any other subcommand: its name and its own arguments, parsed by its own file.
+    case subcommand(String, [String])
     case version
     case help
 }
@@ -62,7 +64,11 @@ public enum CommandLineParser {
             return .serve(try parseServe(Array(arguments.dropFirst())))
         default:
             if first.hasPrefix("-") { throw UsageError("unknown option '\(first)'; see rpcd --help") }
-            throw UsageError("unknown command '\(first)'; commands: serve (see rpcd --help)")
+            guard Subcommands.all[first] != nil else {
+                let names = (["serve"] + Subcommands.all.keys.sorted()).joined(separator: ", ")
+                throw UsageError("unknown command '\(first)'; commands: \(names) (see rpcd --help)")
+            }
+            return .subcommand(first, Array(arguments.dropFirst()))
         }
     }
 

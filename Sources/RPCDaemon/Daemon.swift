@@ -25,46 +25,10 @@ public enum Daemon {
             return 0
         case .serve(let options):
             return serve(options)
+        case .subcommand(let name, let arguments):
+            guard let run = Subcommands.all[name] else { return 2 }
+            return run(arguments)
         }
-    }
-
-    static func serve(_ options: ServeOptions) -> Int32 {
-        let log = Logger(level: options.logLevel)
-        Syscall.ignoreSIGPIPE()
-        let signals = SignalHandler(signals: [SIGTERM, SIGINT])
-
-        var addresses: [SocketAddress] = []
-        for text in options.listen {
-            guard let address = SocketAddress(parsing: text) else {
-                log.error("--listen '\(text)' is not HOST:PORT with a numeric IPv4 or [IPv6] host, e.g. 127.0.0.1:7878")
-                return 2
-            }
-            addresses.append(address)
-        }
-
-        let dispatcher = Dispatcher(onCounterRequest: { request in
-            log.debug("counter-request \(request.method) id \(request.id) received; not answered")
-        })
-        let server = Server(
-            dispatcher: dispatcher, durability: nil,
-            limits: Connection.Limits(maxFrameBytes: options.maxFrameBytes, maxOutputBytes: options.maxOutputBytes),
-            loopCount: ProcessInfo.processInfo.activeProcessorCount, log: log)
-        do {
-            try server.listen(on: addresses)
-        } catch {
-            log.error("cannot listen: \(error); pick a free port with --listen HOST:PORT (port 0 picks one)")
-            return 1
-        }
-        log.info("rpcd \(CommandLineParser.version) serving \(addresses.count) listener(s); SIGTERM or SIGINT stops it")
-
-        signals.onSignal { signal in
-            log.info("received \(signal == SIGTERM ? "SIGTERM" : "SIGINT"); stopping: answering what was received, then exiting")
-            server.stop(grace: .seconds(3)) {
-                log.info("stopped")
-                exit(0)
-            }
-        }
-        dispatchMain()
     }
 }
 
