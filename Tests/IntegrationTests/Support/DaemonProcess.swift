@@ -1,0 +1,178 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The real `rpcd serve` on `127.0.0.1:0` with a fresh data directory. Killed (SIGKILL) on `stop()`
+/// and in `deinit`, so no daemon outlives its test.
+final class DaemonProcess {
+    let process: Process
+    let dataDir: URL
+    /// Every `listening on HOST:PORT` seen, in order.
+    let listeners: [(host: String, port: Int)]
+    var port: Int { listeners[0].port }
+    var pid: Int32 { process.processIdentifier }
+    private let stderrDrain: PipeDrain
+
+    /// Starts the daemon and waits (up to `timeout` seconds) until it printed `expectedListeners`
+    /// `listening on` lines.
+    init(
+        listen: [String] = ["127.0.0.1:0"],
+        extraArguments: [String] = [],
+        expectedListeners: Int? = nil,
+        timeout: Double = 20
+    ) throws {
+        let binary = try Binaries.rpcd()
+        dataDir = FileManager.default.temporaryDirectory
+            .appendingPathComponent("rpcd-it-\(UUID().uuidString)", isDirectory: true)
+        try FileManager.default.createDirectory(at: dataDir, withIntermediateDirectories: true)
+
+        var arguments = ["serve"]
+        for address in listen { arguments += ["--listen", address] }
+        arguments += ["--data-dir", dataDir.path]
+        arguments += extraArguments
+
+        process = Process()
+        process.executableURL = binary
+        process.arguments = arguments
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = FileHandle.nullDevice
+        let errPipe = Pipe()
+        process.standardError = errPipe
+        do {
+            try process.run()
+        } catch {
+            try? FileManager.default.removeItem(at: dataDir)
+            throw HarnessError("could not start \(binary.path): \(error)")
+        }
+        // Our copy of the write end must go, or the drain never sees EOF.
+        try? errPipe.fileHandleForWriting.close()
+        stderrDrain = PipeDrain(errPipe)
+
+        let want = expectedListeners ?? listen.count
+        let found = stderrDrain.wait(timeout: timeout) { DaemonProcess.parseListeners($0).count >= want }
+        let seen = DaemonProcess.parseListeners(stderrDrain.text)
+        if !found || seen.count < want {
+            let text = stderrDrain.text
+            let state = process.isRunning ? "still running" : "exited with \(process.terminationStatus)"
+            if process.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) }
+            try? FileManager.default.removeItem(at: dataDir)
+            throw HarnessError(
+                "rpcd \(arguments.joined(separator: " ")) did not print \(want) `listening on HOST:PORT` "
+                    + "line(s) within \(timeout) s (\(state)). stderr:\n\(text)")
+        }
+        listeners = seen
+    }
+
+    deinit {
+        if process.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) }
+        try? FileManager.default.removeItem(at: dataDir)
+    }
+
+    static func parseListeners(_ text: String) -> [(host: String, port: Int)] {
+        var result: [(host: String, port: Int)] = []
+        let regex = try! NSRegularExpression(pattern: #"listening on (\S+):(\d+)"#)
+        let ns = text as NSString
+        for match in regex.matches(in: text, range: NSRange(location: 0, length: ns.length)) {
+            let host = ns.substring(with: match.range(at: 1))
+            if let port = Int(ns.substring(with: match.range(at: 2))) { result.append((host, port)) }
+        }
+        return result
+    }
+
+    var stderrText: String { stderrDrain.text }
+
+    /// The last `maxBytes` of stderr, for failure messages.
+    func stderrTail(_ maxBytes: Int = 4000) -> String {
+        let text = stderrText
+        return text.count <= maxBytes ? text : "…" + String(text.suffix(maxBytes))
+    }
+
+    var isRunning: Bool { process.isRunning }
+
+    func terminate() { signal(SIGTERM) }
+    func interrupt() { signal(SIGINT) }
+    func kill() { signal(SIGKILL) }
+    func signal(_ sig: Int32) {
+        if process.isRunning { _ = Glibc.kill(process.processIdentifier, sig) }
+    }
+
+    /// The exit status once the process exited within `timeout` seconds, else nil. A death by signal
+    /// is reported shell-style as 128 + signal number.
+    func waitForExit(timeout: Double) -> Int32? {
+        let deadline = Date().addingTimeInterval(timeout)
+        while process.isRunning {
+            if Date() >= deadline { return nil }
+            usleep(10_000)
+        }
+        // Foundation may flip isRunning a moment before it fills in the status.
+        process.waitUntilExit()
+        return exitDescription.code
+    }
+
+    /// (code, text) for a process that exited; code is 128 + signal for a death by signal.
+    var exitDescription: (code: Int32, text: String) {
+        if process.terminationReason == .uncaughtSignal {
+            return (128 + process.terminationStatus, "killed by signal \(process.terminationStatus)")
+        }
+        return (process.terminationStatus, "exit \(process.terminationStatus)")
+    }
+
+    /// Kills the daemon and waits for it to go.
+    func stop() {
+        kill()
+        _ = waitForExit(timeout: 5)
+    }
+
+    /// Resident set size (VmRSS) in KiB.
+    func rssKiB() -> Int? { statusField("VmRSS") }
+    /// Peak resident set size (VmHWM) in KiB.
+    func peakRSSKiB() -> Int? { statusField("VmHWM") }
+
+    private func statusField(_ name: String) -> Int? {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
+        for line in text.split(separator: "\n") where line.hasPrefix(name + ":") {
+            let digits = line.dropFirst(name.count + 1).split(separator: " ").first
+            return digits.flatMap { Int($0) }
+        }
+        return nil
+    }
+
+    /// Number of open file descriptors (entries of /proc/PID/fd).
+    func openFDCount() -> Int? {
+        (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd"))?.count
+    }
+
+    /// utime + stime in clock ticks, from /proc/PID/stat.
+    func cpuTicks() -> Int? {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = text.lastIndex(of: ")")
+        else { return nil }
+        // Fields after ")": state(3) ppid(4) ... utime(14) stime(15); index 0 here is field 3.
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        guard fields.count > 12, let utime = Int(fields[11]), let stime = Int(fields[12]) else { return nil }
+        return utime + stime
+    }
+}
+
+/// Starts a daemon, runs `body`, then checks the daemon did not die on its own during the test and
+/// kills it. Thrown errors get the daemon's stderr tail attached.
+func withDaemon<R>(
+    listen: [String] = ["127.0.0.1:0"],
+    extraArguments: [String] = [],
+    _ body: (DaemonProcess) throws -> R
+) throws -> R {
+    let daemon = try DaemonProcess(listen: listen, extraArguments: extraArguments)
+    defer { daemon.stop() }
+    let result: R
+    do {
+        result = try body(daemon)
+    } catch {
+        throw HarnessError("\(error)\n--- rpcd stderr (tail) ---\n\(daemon.stderrTail())")
+    }
+    if !daemon.isRunning {
+        throw HarnessError(
+            "rpcd died during the test (\(daemon.exitDescription.text)).\n--- rpcd stderr (tail) ---\n\(daemon.stderrTail())")
+    }
+    return result
+}

@@ -1,0 +1,58 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+struct ProcessOutcome {
+    /// Exit status, 128 + signal for a death by signal, nil if it had to be killed after the timeout.
+    let status: Int32?
+    let stdout: String
+    let stderr: String
+}
+
+/// Runs `executable arguments` to completion (killed after `timeout` seconds), feeding `stdin`
+/// and collecting stdout and stderr through continuously drained pipes.
+func runProcess(
+    _ executable: URL, _ arguments: [String], stdin: String? = nil, timeout: Double = 10
+) throws -> ProcessOutcome {
+    _ = ignoreSIGPIPEInTests
+    let process = Process()
+    process.executableURL = executable
+    process.arguments = arguments
+    let outPipe = Pipe()
+    let errPipe = Pipe()
+    let inPipe = Pipe()
+    process.standardOutput = outPipe
+    process.standardError = errPipe
+    process.standardInput = stdin == nil ? FileHandle.nullDevice : inPipe
+    try process.run()
+    try? outPipe.fileHandleForWriting.close()
+    try? errPipe.fileHandleForWriting.close()
+    let out = PipeDrain(outPipe)
+    let err = PipeDrain(errPipe)
+    if let stdin {
+        try? inPipe.fileHandleForReading.close()
+        let writer = inPipe.fileHandleForWriting
+        try? writer.write(contentsOf: Data(stdin.utf8))
+        try? writer.close()
+    }
+    let deadline = Date().addingTimeInterval(timeout)
+    while process.isRunning && Date() < deadline { usleep(5_000) }
+    var status: Int32?
+    if process.isRunning {
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    } else {
+        process.waitUntilExit()
+        status = process.terminationReason == .uncaughtSignal
+            ? 128 + process.terminationStatus : process.terminationStatus
+    }
+    out.waitForEOF(timeout: 2)
+    err.waitForEOF(timeout: 2)
+    return ProcessOutcome(status: status, stdout: out.text, stderr: err.text)
+}
+
+/// Writing a child's stdin after it exited must fail with EPIPE, not kill the test runner.
+let ignoreSIGPIPEInTests: Void = {
+    _ = signal(SIGPIPE, SIG_IGN)
+}()
