@@ -1,0 +1,162 @@
+import Foundation
+import RPCTransport
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The one place the journal, snapshot and data directory call libc for files: -1 becomes a thrown
+/// `Errno`, EINTR is retried, and tests inject failures here (swift-system `valueOrErrno`).
+///
+/// Test-only environment hooks (never set them in production):
+/// - `RPCD_TEST_FAIL_FSYNC_AFTER=N`: fsyncs after the first N fail with EIO.
+/// - `RPCD_TEST_FAIL_WRITE_AFTER=N`: file writes after the first N fail with ENOSPC.
+/// - `RPCD_TEST_CRASH_AT=POINT`: `_exit(99)` when the daemon reaches the named point (see `crashPoint`).
+enum FileIO {
+    static func open(_ path: String, _ flags: Int32, mode: mode_t = 0o644) throws(Errno) -> Int32 {
+        try retrying("open(\(path))") { Glibc.open(path, flags | O_CLOEXEC, mode) }
+    }
+
+    static func close(_ fd: Int32) { _ = Glibc.close(fd) }
+
+    /// Writes every byte (looping over partial writes).
+    static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, path: String) throws(Errno) {
+        if Faults.shared.writeFails() { throw Errno(ENOSPC, call: "write(\(path)) [test fault]") }
+        var offset = 0
+        while offset < bytes.count {
+            let n = try retrying("write(\(path))") { Glibc.write(fd, bytes.baseAddress! + offset, bytes.count - offset) }
+            offset += n
+        }
+    }
+
+    static func writeAll(_ fd: Int32, _ bytes: [UInt8], path: String) throws(Errno) {
+        let result = bytes.withUnsafeBytes { buffer in
+            Result { () throws(Errno) in try writeAll(fd, buffer, path: path) }
+        }
+        try result.get()
+    }
+
+    /// fsync, or fdatasync when only the data and size must be durable.
+    static func sync(_ fd: Int32, path: String, dataOnly: Bool = false) throws(Errno) {
+        if Faults.shared.fsyncFails() { throw Errno(EIO, call: "fsync(\(path)) [test fault]") }
+        _ = try retrying("fsync(\(path))") { dataOnly ? Glibc.fdatasync(fd) : Glibc.fsync(fd) }
+    }
+
+    /// Makes a rename or create in `directory` durable.
+    static func syncDirectory(_ directory: String) throws(Errno) {
+        let fd = try open(directory, O_RDONLY | O_DIRECTORY)
+        defer { close(fd) }
+        try sync(fd, path: directory)
+    }
+
+    static func rename(_ from: String, _ to: String) throws(Errno) {
+        _ = try retrying("rename(\(from), \(to))") { Glibc.rename(from, to) }
+    }
+
+    static func truncate(_ fd: Int32, to length: Int, path: String) throws(Errno) {
+        _ = try retrying("ftruncate(\(path))") { Glibc.ftruncate(fd, off_t(length)) }
+    }
+
+    /// Removes `path`; a missing file is fine.
+    static func unlink(_ path: String) throws(Errno) {
+        if Glibc.unlink(path) == -1, errno != ENOENT { throw Errno(errno, call: "unlink(\(path))") }
+    }
+
+    static func exists(_ path: String) -> Bool { access(path, F_OK) == 0 }
+
+    static func size(_ fd: Int32, path: String) throws(Errno) -> Int {
+        var info = stat()
+        _ = try retrying("fstat(\(path))") { fstat(fd, &info) }
+        return Int(info.st_size)
+    }
+
+    /// The whole file, or nil if it does not exist.
+    static func readAll(_ path: String) throws(Errno) -> [UInt8]? {
+        let fd: Int32
+        do {
+            fd = try open(path, O_RDONLY)
+        } catch where error.code == ENOENT {
+            return nil
+        }
+        defer { close(fd) }
+        var bytes = [UInt8](repeating: 0, count: try size(fd, path: path))
+        var filled = 0
+        while true {
+            if filled == bytes.count { bytes.append(contentsOf: repeatElement(0, count: 1 << 16)) }
+            let n = try bytes.withUnsafeMutableBytes { buffer in
+                Result { () throws(Errno) in
+                    try retrying("read(\(path))") { Glibc.read(fd, buffer.baseAddress! + filled, buffer.count - filled) }
+                }
+            }.get()
+            if n == 0 { break }
+            filled += n
+        }
+        bytes.removeLast(bytes.count - filled)
+        return bytes
+    }
+
+    /// Takes an exclusive advisory lock (released when the process exits) without waiting; false if another process holds it.
+    static func tryLock(_ fd: Int32, path: String) throws(Errno) -> Bool {
+        // A POSIX record lock on the whole file (`flock` the function is hidden by the struct's name).
+        var request = flock()
+        request.l_type = Int16(F_WRLCK)
+        request.l_whence = Int16(SEEK_SET)
+        if fcntl(fd, F_SETLK, &request) == 0 { return true }
+        if errno == EAGAIN || errno == EACCES { return false }
+        throw Errno(errno, call: "fcntl(F_SETLK, \(path))")
+    }
+
+    /// Stops the process (exit 99, no cleanup) if `RPCD_TEST_CRASH_AT` names `point`.
+    static func crashPoint(_ point: String) {
+        if Faults.shared.crashAt == point {
+            LogSink.stderr.write("rpcd: test hook RPCD_TEST_CRASH_AT=\(point): exiting now\n")
+            _exit(99)
+        }
+    }
+
+    @inline(__always)
+    private static func retrying<T: FixedWidthInteger>(_ call: String, _ body: () -> T) throws(Errno) -> T {
+        while true {
+            let result = body()
+            if result != -1 { return result }
+            let code = errno
+            if code == EINTR { continue }
+            throw Errno(code, call: call)
+        }
+    }
+}
+
+/// Test-only failure injection, read once from the environment.
+final class Faults: @unchecked Sendable {
+    // @unchecked: the counters are guarded by `lock`; the limits are immutable.
+    static let shared = Faults(environment: ProcessInfo.processInfo.environment)
+
+    let crashAt: String?
+    private let fsyncLimit: Int?
+    private let writeLimit: Int?
+    private let lock = NSLock()
+    private var fsyncs = 0
+    private var writes = 0
+
+    init(environment: [String: String]) {
+        crashAt = environment["RPCD_TEST_CRASH_AT"]
+        fsyncLimit = environment["RPCD_TEST_FAIL_FSYNC_AFTER"].flatMap { Int($0) }
+        writeLimit = environment["RPCD_TEST_FAIL_WRITE_AFTER"].flatMap { Int($0) }
+    }
+
+    func fsyncFails() -> Bool {
+        guard let fsyncLimit else { return false }
+        return lock.withLock {
+            fsyncs += 1
+            return fsyncs > fsyncLimit
+        }
+    }
+
+    func writeFails() -> Bool {
+        guard let writeLimit else { return false }
+        return lock.withLock {
+            writes += 1
+            return writes > writeLimit
+        }
+    }
+}

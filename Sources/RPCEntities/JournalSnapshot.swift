@@ -1,0 +1,60 @@
+import RPCSchema
+
+/// A snapshot of the live state as request lines: a header, every user as a `user.createUser`,
+/// then every building as a `building.addBuilding` (residents exist by then). Replaying it into
+/// an empty state gives the state back; like the journal, it can be replayed with `nc`.
+public enum JournalSnapshot {
+    /// `{"rpcdSnapshot":1,"seq":S,"records":N}\n`
+    public static func header(seq: UInt64, records: Int) -> [UInt8] {
+        var out = Array(#"{"rpcdSnapshot":1,"seq":"#.utf8)
+        JournalRecord.appendDecimal(seq, into: &out)
+        out.append(contentsOf: #","records":"#.utf8)
+        JournalRecord.appendDecimal(UInt64(records), into: &out)
+        out.append(contentsOf: "}\n".utf8)
+        return out
+    }
+
+    public static func recordCount(_ state: Entities) -> Int { state.users.count + state.buildings.count }
+
+    /// Calls `body` with chunks of about `chunkBytes` bytes of record lines.
+    public static func encodeRecords(
+        _ state: Entities, chunkBytes: Int = 1 << 20, _ body: ([UInt8]) throws -> Void
+    ) rethrows {
+        var out: [UInt8] = []
+        out.reserveCapacity(chunkBytes + 4096)
+        for user in state.users.values {
+            let param = JSONValue.object(JSONObject([
+                (key: "id", value: .string(user.id)), (key: "name", value: .string(user.name)),
+                (key: "email", value: .string(user.email)),
+            ]))
+            RequestCodec.encode(id: "s", method: CreateUser.method, param: param, form: .canonical, into: &out)
+            if out.count >= chunkBytes {
+                try body(out)
+                out.removeAll(keepingCapacity: true)
+            }
+        }
+        for building in state.buildings.values {
+            let param = JSONValue.object(JSONObject([
+                (key: "id", value: .string(building.id)), (key: "name", value: .string(building.name)),
+                (key: "address", value: .string(building.address)),
+                (key: "residents", value: .array(building.residents.map { .string($0) })),
+            ]))
+            RequestCodec.encode(id: "s", method: AddBuilding.method, param: param, form: .canonical, into: &out)
+            if out.count >= chunkBytes {
+                try body(out)
+                out.removeAll(keepingCapacity: true)
+            }
+        }
+        if !out.isEmpty { try body(out) }
+    }
+
+    static func parseHeader(_ line: UnsafeRawBufferPointer) -> Result<(seq: UInt64, records: Int), JournalLineError> {
+        guard case .object(let object)? = try? JSONParser.parse(line), object["rpcdSnapshot"] == .number("1"),
+            case .number(let seqText)? = object["seq"], let seq = UInt64(seqText),
+            case .number(let countText)? = object["records"], let records = Int(countText), records >= 0
+        else {
+            return .failure(JournalLineError(#"not a snapshot header {"rpcdSnapshot":1,"seq":N,"records":N}"#))
+        }
+        return .success((seq, records))
+    }
+}
