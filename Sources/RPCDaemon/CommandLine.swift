@@ -11,6 +11,9 @@ public enum Command: Equatable, Sendable {
 public struct ServeOptions: Equatable, Sendable {
     public var listen: [String] = []
     public var dataDir = "./data"
+    public var fsync: FsyncPolicy = .always
+    /// Compact once the journal is this big (and bigger than the last snapshot).
+    public var compactAfterBytes = 64 << 20
     public var logLevel: LogLevel = .info
     public var maxFrameBytes = 1 << 20
     public var maxOutputBytes = 8 << 20
@@ -42,7 +45,10 @@ public enum CommandLineParser {
         Options of serve:
           --listen HOST:PORT       address to listen on, repeatable (default \(ServeOptions.defaultListen));
                                    port 0 picks a free port; each bound address is logged as "listening on HOST:PORT"
-          --data-dir DIR           where state is kept (default ./data)
+          --data-dir DIR           where state is kept (default ./data; created if missing; one daemon per dir)
+          --fsync POLICY           always (default): reply to a mutation once it is fsynced;
+                                   everysec: fsync once a second; none: leave flushing to the kernel
+          --compact-after-bytes N  compact the journal into a snapshot past this size (default 67108864)
           --log-level LEVEL        debug, info, warning or error (default info)
           --max-frame-bytes N      longest request line accepted (default 1048576)
           --max-output-bytes N     replies buffered for a peer that does not read before it is dropped (default 8388608)
@@ -89,6 +95,13 @@ public enum CommandLineParser {
             switch flag {
             case "--listen": options.listen.append(try value())
             case "--data-dir": options.dataDir = try value()
+            case "--fsync":
+                let text = try value()
+                guard let policy = FsyncPolicy(rawValue: text) else {
+                    throw UsageError("--fsync '\(text)' is not one of always, everysec, none")
+                }
+                options.fsync = policy
+            case "--compact-after-bytes": options.compactAfterBytes = try positive(flag, try value())
             case "--log-level":
                 let text = try value()
                 guard let level = LogLevel(name: text) else {

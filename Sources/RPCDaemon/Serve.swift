@@ -26,14 +26,16 @@ extension Daemon {
             addresses.append(address)
         }
 
-        // State.
-        let dispatcher = Dispatcher(onCounterRequest: { request in
+        // State: lock the data directory, replay the snapshot and journal, open the journal.
+        guard let (state, journal) = openState(options, log: log) else { return 1 }
+        let dispatcher = Dispatcher(state: state, log: journal, onCounterRequest: { request in
             log.debug("counter-request \(request.method) id \(request.id) received; not answered")
         })
+        journal.attach(dispatcher)
 
         // Listeners.
         let server = Server(
-            dispatcher: dispatcher, durability: nil,
+            dispatcher: dispatcher, durability: journal,
             limits: Connection.Limits(maxFrameBytes: options.maxFrameBytes, maxOutputBytes: options.maxOutputBytes),
             loopCount: ProcessInfo.processInfo.activeProcessorCount, log: log)
         do {
@@ -48,8 +50,10 @@ extension Daemon {
         signals.onSignal { signal in
             log.info("received \(signal == SIGTERM ? "SIGTERM" : "SIGINT"); stopping: answering what was received, then exiting")
             server.stop(grace: .seconds(3)) {
-                log.info("stopped")
-                exit(0)
+                journal.close {
+                    log.info("stopped")
+                    exit(0)
+                }
             }
         }
         dispatchMain()

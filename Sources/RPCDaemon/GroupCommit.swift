@@ -1,0 +1,129 @@
+import RPCEntities
+import RPCSchema
+
+/// The journal's bookkeeping between the request path and the writer: bytes appended but not yet
+/// written, the batch being written, what is acknowledged, who waits for what. A value guarded by
+/// `Journal`'s lock; methods return what to do once the lock is released (swift-service-lifecycle's
+/// locked state machine).
+///
+/// Group commit: the writer takes everything appended so far as one batch, writes and fsyncs it
+/// once, and acknowledges every ticket up to the batch's last sequence number. Whatever is
+/// appended meanwhile goes into the next batch.
+struct GroupCommit {
+    typealias Waiter = @Sendable (_ failure: String?) -> Void
+
+    /// What the writer writes in one go.
+    struct Batch {
+        var bytes: [UInt8]
+        var lastSeq: UInt64
+        /// Set when a compaction starts: bytes before `offset` (records up to `seq`) go to the
+        /// current journal, the rest to the next one.
+        var rotation: Rotation?
+    }
+
+    struct Rotation {
+        var offset: Int
+        var seq: UInt64
+    }
+
+    /// What `wait` decided.
+    enum WaitOutcome {
+        case now(failure: String?)
+        case later
+    }
+
+    /// The last sequence number appended.
+    private(set) var lastSeq: UInt64
+    /// Every record up to here is written (and fsynced, with `--fsync always`).
+    private(set) var ackedSeq: UInt64
+    /// Set by the first failed write or fsync; nothing is acknowledged or written after it.
+    private(set) var failure: String?
+    private var pending: [UInt8] = []
+    private var inFlightBytes = 0
+    private var rotation: Rotation?
+    private var writerRunning = false
+    private var waiters: [(ticket: UInt64, done: Waiter)] = []
+    /// How far the writer may fall behind before mutations are refused (bounded memory).
+    let maxBehindBytes: Int
+
+    init(lastSeq: UInt64, maxBehindBytes: Int) {
+        self.lastSeq = lastSeq
+        self.ackedSeq = lastSeq
+        self.maxBehindBytes = maxBehindBytes
+    }
+
+    /// Why mutations are refused now, if they are.
+    func refusal() -> String? {
+        if let failure { return "the journal cannot be written (\(failure)); reads still work; fix the disk and restart rpcd" }
+        let behind = pending.count + inFlightBytes
+        if behind > maxBehindBytes {
+            return "the journal writer is \(behind >> 20) MiB behind the disk; retry shortly"
+        }
+        return nil
+    }
+
+    /// Appends `request` as the next record. Returns its sequence number (the ticket) and whether
+    /// the caller must start the writer.
+    mutating func append(_ request: Request) -> (seq: UInt64, startWriter: Bool) {
+        lastSeq += 1
+        JournalRecord.encode(request, seq: lastSeq, into: &pending)
+        return (lastSeq, startWriterIfIdle())
+    }
+
+    /// Marks the compaction point: records after `lastSeq` go to the next journal.
+    mutating func markRotation() -> (seq: UInt64, startWriter: Bool) {
+        rotation = Rotation(offset: pending.count, seq: lastSeq)
+        return (lastSeq, startWriterIfIdle())
+    }
+
+    private mutating func startWriterIfIdle() -> Bool {
+        guard !writerRunning else { return false }
+        writerRunning = true
+        return true
+    }
+
+    /// Everything appended so far, for the writer; nil stops the writer (the next append restarts it).
+    mutating func takeBatch() -> Batch? {
+        guard failure == nil, !pending.isEmpty || rotation != nil else {
+            writerRunning = false
+            pending = []
+            return nil
+        }
+        let batch = Batch(bytes: pending, lastSeq: lastSeq, rotation: rotation)
+        inFlightBytes = pending.count
+        pending = []
+        pending.reserveCapacity(min(batch.bytes.count, 1 << 20))
+        rotation = nil
+        return batch
+    }
+
+    /// The writer is done with `batch`; returns the waiters to call and what to tell them.
+    mutating func finished(_ batch: Batch, failure reason: String?) -> (ready: [Waiter], failure: String?) {
+        inFlightBytes = 0
+        if let reason { return fail(reason) }
+        ackedSeq = batch.lastSeq
+        var ready: [Waiter] = []
+        waiters.removeAll { waiter in
+            guard waiter.ticket <= batch.lastSeq else { return false }
+            ready.append(waiter.done)
+            return true
+        }
+        return (ready, nil)
+    }
+
+    /// A write or fsync failed outside a batch (e.g. the once-a-second fsync): stop for good.
+    mutating func fail(_ reason: String) -> (ready: [Waiter], failure: String?) {
+        if failure == nil { failure = reason }
+        let ready = waiters.map(\.done)
+        waiters = []
+        return (ready, failure)
+    }
+
+    /// Registers `done` for `ticket`, unless the answer is known already.
+    mutating func wait(_ ticket: UInt64, _ done: @escaping Waiter) -> WaitOutcome {
+        if ticket <= ackedSeq { return .now(failure: nil) }
+        if let failure { return .now(failure: failure) }
+        waiters.append((ticket, done))
+        return .later
+    }
+}

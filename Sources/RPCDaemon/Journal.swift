@@ -1,0 +1,243 @@
+import Dispatch
+import Foundation
+import RPCEntities
+import RPCSchema
+import RPCTransport
+
+/// When a mutation's success is sent, relative to the disk (Redis `appendfsync`).
+public enum FsyncPolicy: String, Sendable, CaseIterable {
+    /// After the fsync covering it: survives kill -9 and power loss.
+    case always
+    /// After write(2); fsync once a second: survives kill -9, loses at most ~1 s on power loss.
+    case everysec
+    /// After write(2); the kernel flushes when it likes: survives kill -9 only.
+    case none
+}
+
+/// The `MutationLog` of the daemon: appends journal lines under the dispatcher's lock (cheap: an
+/// in-memory buffer), writes and fsyncs them on its own serial queue (never a socket queue) with
+/// group commit, and compacts the journal into a snapshot off the request path.
+///
+/// Memory is bounded: when the writer is more than `maxBehindBytes` behind, `refusal()` refuses
+/// mutations (an `internal` error saying to retry) rather than buffering without bound or blocking
+/// the dispatcher's lock, which would stall reads too.
+final class Journal: MutationLog, @unchecked Sendable {
+    // @unchecked: `commit` is guarded by `lock`; the vars below "writer queue only" are touched
+    // only on `queue`; `capture` is set once before the first request; the rest is immutable.
+    let directory: DataDirectory
+    let policy: FsyncPolicy
+    let compactAfterBytes: Int
+    private let log: Logger
+    private let lock = NSLock()
+    private var commit: GroupCommit
+    private let queue = DispatchQueue(label: "rpcd.journal.writer")
+    private let compactionQueue = DispatchQueue(label: "rpcd.journal.compaction", qos: .utility)
+    private var capture: (@Sendable () -> (Entities, UInt64)?)?
+    private var timer: (any DispatchSourceTimer)?
+
+    // Writer queue only.
+    private var fd: Int32
+    private var filePath: String
+    private var journalBytes: Int
+    private var snapshotBytes: Int
+    private var unsynced = false
+    private var compacting = false
+    private var compactionDisabled = false
+
+    init(
+        directory: DataDirectory, policy: FsyncPolicy, lastSeq: UInt64, snapshotBytes: Int,
+        compactAfterBytes: Int, maxBehindBytes: Int = 64 << 20, log: Logger
+    ) throws(Errno) {
+        self.directory = directory
+        self.policy = policy
+        self.compactAfterBytes = compactAfterBytes
+        self.log = log
+        self.commit = GroupCommit(lastSeq: lastSeq, maxBehindBytes: maxBehindBytes)
+        let created = !FileIO.exists(directory.journal)
+        fd = try FileIO.open(directory.journal, O_WRONLY | O_CREAT | O_APPEND)
+        if created { try FileIO.syncDirectory(directory.path) }
+        filePath = directory.journal
+        journalBytes = try FileIO.size(fd, path: directory.journal)
+        self.snapshotBytes = snapshotBytes
+        if policy == .everysec { startEverySecondSync() }
+    }
+
+    /// Lets compaction copy the state at a known sequence number (under the dispatcher's lock).
+    func attach(_ dispatcher: Dispatcher) {
+        capture = { [weak self, weak dispatcher] in
+            guard let self, let dispatcher else { return nil }
+            return dispatcher.withState { state in (state, self.markRotation()) }
+        }
+    }
+
+    // MARK: - MutationLog (called with the dispatcher's lock held, except whenDurable)
+
+    func refusal() -> String? { lock.withLock { commit.refusal() } }
+
+    func record(_ request: Request) -> UInt64? {
+        let (seq, start) = lock.withLock { commit.append(request) }
+        if start { queue.async { self.drain() } }
+        return seq
+    }
+
+    func whenDurable(_ ticket: UInt64, _ done: @escaping @Sendable (String?) -> Void) {
+        let outcome = lock.withLock { commit.wait(ticket, done) }
+        if case .now(let failure) = outcome { done(failure) }
+    }
+
+    // MARK: - Writer (on `queue`)
+
+    private func drain() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        while let batch = lock.withLock({ commit.takeBatch() }) {
+            var failure: String?
+            do {
+                try write(batch)
+            } catch {
+                failure = "\(error)"
+                log.error("journal write failed: \(error); mutations are refused from now on, reads still work")
+            }
+            let (ready, result) = lock.withLock { commit.finished(batch, failure: failure) }
+            for done in ready { done(result) }
+            if failure == nil { maybeCompact() }
+        }
+    }
+
+    private func write(_ batch: GroupCommit.Batch) throws(Errno) {
+        if let rotation = batch.rotation {
+            try append(batch.bytes[..<rotation.offset])
+            try FileIO.sync(fd, path: filePath, dataOnly: true)
+            try rotate()
+            try append(batch.bytes[rotation.offset...])
+        } else {
+            try append(batch.bytes[...])
+        }
+        if policy == .always {
+            try FileIO.sync(fd, path: filePath, dataOnly: true)
+        } else {
+            unsynced = true
+        }
+    }
+
+    private func append(_ bytes: ArraySlice<UInt8>) throws(Errno) {
+        guard !bytes.isEmpty else { return }
+        let result = bytes.withUnsafeBytes { buffer in
+            Result { () throws(Errno) in try FileIO.writeAll(fd, buffer, path: filePath) }
+        }
+        do {
+            try result.get()
+        } catch {
+            // Best effort: do not leave half a batch behind for the next start to replay.
+            try? FileIO.truncate(fd, to: journalBytes, path: filePath)
+            throw error
+        }
+        journalBytes += bytes.count
+    }
+
+    /// Starts the next journal: later records go there while the snapshot is written.
+    private func rotate() throws(Errno) {
+        let next = try FileIO.open(directory.nextJournal, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND)
+        do {
+            try FileIO.syncDirectory(directory.path)
+        } catch {
+            FileIO.close(next)
+            throw error
+        }
+        FileIO.crashPoint("compaction-rotated")
+        FileIO.close(fd)
+        fd = next
+        filePath = directory.nextJournal
+        journalBytes = 0
+    }
+
+    private func startEverySecondSync() {
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        timer.schedule(deadline: .now() + 1, repeating: 1, leeway: .milliseconds(100))
+        timer.setEventHandler { [weak self] in self?.syncIfNeeded() }
+        timer.resume()
+        self.timer = timer
+    }
+
+    private func syncIfNeeded() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard unsynced else { return }
+        do {
+            try FileIO.sync(fd, path: filePath, dataOnly: true)
+            unsynced = false
+        } catch {
+            log.error("journal fsync failed: \(error); mutations are refused from now on, reads still work")
+            let (ready, result) = lock.withLock { commit.fail("\(error)") }
+            for done in ready { done(result) }
+        }
+    }
+
+    // MARK: - Compaction
+
+    /// Called inside `Dispatcher.withState`: the state copy and this sequence number match.
+    private func markRotation() -> UInt64 {
+        let (seq, start) = lock.withLock { commit.markRotation() }
+        if start { queue.async { self.drain() } }
+        return seq
+    }
+
+    private func maybeCompact() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard !compacting, !compactionDisabled, journalBytes >= compactAfterBytes, journalBytes >= snapshotBytes,
+            let capture
+        else { return }
+        compacting = true
+        compactionQueue.async { self.compact(capture) }
+    }
+
+    /// Snapshot (temp file, fsync, rename, fsync dir) then the next journal replaces the old one.
+    /// A crash at any point leaves files that replay to every acknowledged mutation.
+    private func compact(_ capture: @Sendable () -> (Entities, UInt64)?) {
+        let started = DispatchTime.now()
+        guard let (state, seq) = capture() else { return }
+        do {
+            let bytes = try SnapshotFile.write(state, seq: seq, in: directory)
+            queue.async { self.finishCompaction(seq: seq, snapshotBytes: bytes, started: started) }
+        } catch {
+            log.error("compaction failed: \(error); the journal keeps growing in \(directory.nextJournal) until the next start")
+            queue.async {
+                self.compacting = false
+                self.compactionDisabled = true
+            }
+        }
+    }
+
+    private func finishCompaction(seq: UInt64, snapshotBytes bytes: Int, started: DispatchTime) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        compacting = false
+        guard filePath == directory.nextJournal else {
+            compactionDisabled = true  // the rotation never happened (the journal failed first)
+            return
+        }
+        do {
+            try FileIO.rename(directory.nextJournal, directory.journal)
+            try FileIO.syncDirectory(directory.path)
+        } catch {
+            log.error("compaction could not replace the journal: \(error); it resumes at the next start")
+            compactionDisabled = true
+            return
+        }
+        FileIO.crashPoint("compaction-journal-renamed")
+        filePath = directory.journal
+        snapshotBytes = bytes
+        let ms = (DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1_000_000
+        log.info("compacted: snapshot at seq \(seq) (\(bytes) bytes) in \(ms) ms; journal restarted")
+    }
+
+    // MARK: - Shutdown
+
+    /// Writes and syncs what is pending, closes the file, then calls `done` (on the writer queue).
+    func close(_ done: @escaping @Sendable () -> Void) {
+        queue.async {
+            self.drain()
+            self.timer?.cancel()
+            if self.unsynced { try? FileIO.sync(self.fd, path: self.filePath, dataOnly: true) }
+            FileIO.close(self.fd)
+            done()
+        }
+    }
+}
