@@ -11,16 +11,21 @@ public enum Command: Equatable, Sendable {
 public struct ServeOptions: Equatable, Sendable {
     public var listen: [String] = []
     public var dataDir = "./data"
-    public var fsync: FsyncPolicy = .always
     /// Compact once the journal is this big (and bigger than the last snapshot).
     public var compactAfterBytes = 64 << 20
     public var logLevel: LogLevel = .info
     public var maxFrameBytes = 1 << 20
     public var maxOutputBytes = 8 << 20
+    public var fsync: FsyncPolicy = .always
 
     public static let defaultListen = "127.0.0.1:7878"
 
     public init() {}
+}
+
+/// When the journal fsyncs: before each acknowledgement, about once a second, or never.
+public enum FsyncPolicy: String, Sendable, CaseIterable {
+    case always, everysec, none
 }
 
 /// A usage error: one line, exit status 2.
@@ -39,6 +44,7 @@ public enum CommandLineParser {
 
         Usage:
           rpcd serve [options]     run the daemon
+          rpcd repair [--data-dir DIR]  cut a damaged journal at its first bad line (keeps a backup)
           rpcd --version           print the version
           rpcd --help              print this help
 
@@ -95,13 +101,6 @@ public enum CommandLineParser {
             switch flag {
             case "--listen": options.listen.append(try value())
             case "--data-dir": options.dataDir = try value()
-            case "--fsync":
-                let text = try value()
-                guard let policy = FsyncPolicy(rawValue: text) else {
-                    throw UsageError("--fsync '\(text)' is not one of always, everysec, none")
-                }
-                options.fsync = policy
-            case "--compact-after-bytes": options.compactAfterBytes = try positive(flag, try value())
             case "--log-level":
                 let text = try value()
                 guard let level = LogLevel(name: text) else {
@@ -110,6 +109,13 @@ public enum CommandLineParser {
                 options.logLevel = level
             case "--max-frame-bytes": options.maxFrameBytes = try positive(flag, try value())
             case "--max-output-bytes": options.maxOutputBytes = try positive(flag, try value())
+            case "--fsync":
+                let text = try value()
+                guard let policy = FsyncPolicy(rawValue: text) else {
+                    throw UsageError("--fsync '\(text)' is not one of always, everysec, none")
+                }
+                options.fsync = policy
+            case "--compact-after-bytes": options.compactAfterBytes = try positive(flag, try value())
             default:
                 throw UsageError("unknown option '\(argument)' for serve; see rpcd --help")
             }

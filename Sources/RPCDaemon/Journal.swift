@@ -4,15 +4,10 @@ import RPCEntities
 import RPCSchema
 import RPCTransport
 
-/// When a mutation's success is sent, relative to the disk (Redis `appendfsync`).
-public enum FsyncPolicy: String, Sendable, CaseIterable {
-    /// After the fsync covering it: survives kill -9 and power loss.
-    case always
-    /// After write(2); fsync once a second: survives kill -9, loses at most ~1 s on power loss.
-    case everysec
-    /// After write(2); the kernel flushes when it likes: survives kill -9 only.
-    case none
-}
+// Fsync policies (`FsyncPolicy`, declared with `ServeOptions`), like Redis `appendfsync`:
+// always: a mutation's success is sent after the fsync covering it (survives kill -9 and power loss);
+// everysec: after write(2), fsync once a second (survives kill -9, loses at most ~1 s on power loss);
+// none: after write(2), the kernel flushes when it likes (survives kill -9 only).
 
 /// The `MutationLog` of the daemon: appends journal lines under the dispatcher's lock (cheap: an
 /// in-memory buffer), writes and fsyncs them on its own serial queue (never a socket queue) with

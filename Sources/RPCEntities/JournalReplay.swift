@@ -9,6 +9,8 @@ public struct JournalReplay {
     /// Records applied so far (snapshot records and journal mutations).
     public private(set) var applied = 0
     private let table: MethodTable<Entities>
+    /// Method text -> entry, so each line costs one dictionary lookup.
+    private var entries: [String: MethodTable<Entities>.Entry] = [:]
 
     public init(state: Entities = Entities(), table: MethodTable<Entities> = Entities.table) {
         self.state = state
@@ -44,13 +46,12 @@ public struct JournalReplay {
         var applied = 0
         var skipped = 0
         let scan = Self.forEachLine(bytes) { line, number, offset -> Failure? in
-            let request: Request
-            let seq: UInt64
-            switch JournalRecord.decode(line) {
+            let fields: JournalRecord.Fields
+            switch JournalRecord.fields(line) {
             case .failure(let error): return Failure(line: number, offset: offset, reason: error.reason)
-            case .success((let decoded, let number?)):
-                (request, seq) = (decoded, number)
-            case .success((_, nil)):
+            case .success(let decoded): fields = decoded
+            }
+            guard let seq = fields.seq else {
                 return Failure(line: number, offset: offset, reason: "the record has no \"seq\"")
             }
             if let previous, seq != previous + 1 {
@@ -64,7 +65,7 @@ public struct JournalReplay {
             guard seq == lastSeq + 1 else {
                 return Failure(line: number, offset: offset, reason: "sequence number \(seq) follows \(lastSeq); records are missing")
             }
-            if let reason = apply(request) { return Failure(line: number, offset: offset, reason: reason) }
+            if let reason = apply(fields) { return Failure(line: number, offset: offset, reason: reason) }
             lastSeq = seq
             applied += 1
             return nil
@@ -88,10 +89,10 @@ public struct JournalReplay {
                 case .failure(let error): return Failure(line: number, offset: offset, reason: error.reason)
                 }
             }
-            switch JournalRecord.decode(line) {
+            switch JournalRecord.fields(line) {
             case .failure(let error): return Failure(line: number, offset: offset, reason: error.reason)
-            case .success((let request, _)):
-                if let reason = apply(request) { return Failure(line: number, offset: offset, reason: reason) }
+            case .success(let fields):
+                if let reason = apply(fields) { return Failure(line: number, offset: offset, reason: reason) }
                 applied += 1
                 return nil
             }
@@ -109,16 +110,22 @@ public struct JournalReplay {
     }
 
     /// Runs one mutation against the state; the reason it failed, or nil.
-    mutating func apply(_ request: Request) -> String? {
-        guard let entry = table.entry(for: request.method) else { return "unknown method \(request.method)" }
-        guard entry.isMutation else { return "\(request.method) is not a mutation" }
-        let prepared: MethodTable<Entities>.Prepared
-        switch entry.prepare(request.param) {
-        case .success(let call): prepared = call
-        case .failure(let error): return "\(request.method) does not apply: \(error.errorMessage)"
+    mutating func apply(_ fields: JournalRecord.Fields) -> String? {
+        let entry: MethodTable<Entities>.Entry
+        if let cached = entries[fields.method] {
+            entry = cached
+        } else {
+            guard let method = RPCMethod(parsing: fields.method), let found = table.entry(for: method) else {
+                return "unknown method \"\(fields.method)\""
+            }
+            guard found.isMutation else { return "\(method) is not a mutation" }
+            entries[fields.method] = found
+            entry = found
         }
-        if case .failure(let error) = prepared(&state) {
-            return "\(request.method) does not apply: \(error.errorMessage)"
+        switch entry.prepareSilent(fields.param) {
+        case .failure(let error): return "\(entry.method) does not apply: \(error.errorMessage)"
+        case .success(let call):
+            if let error = call(&state) { return "\(entry.method) does not apply: \(error.errorMessage)" }
         }
         applied += 1
         return nil

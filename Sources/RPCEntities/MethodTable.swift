@@ -14,6 +14,8 @@ public struct MethodTable<State>: Sendable {
         public let isMutation: Bool
         /// Decodes the param (outside any lock) into a call to run against the state.
         public let prepare: @Sendable (JSONValue?) -> Result<Prepared, RPCError>
+        /// Like `prepare`, but the call encodes no reply, only the error if any (journal replay).
+        public let prepareSilent: @Sendable (JSONValue?) -> Result<@Sendable (inout State) -> RPCError?, RPCError>
     }
 
     private var byName: [String: Entry] = [:]
@@ -33,7 +35,19 @@ public struct MethodTable<State>: Sendable {
     ) {
         let fields = C.fields
         let method = C.method
-        let entry = Entry(method: method, fields: fields, isMutation: C.isMutation) { param in
+        let silent: @Sendable (JSONValue?) -> Result<@Sendable (inout State) -> RPCError?, RPCError> = { param in
+            ParamDecoding.decode(C.self, from: param, fields: fields).map { params in
+                { state in
+                    do throws(RPCError) {
+                        _ = try handler(&state, params)
+                        return nil
+                    } catch {
+                        return error
+                    }
+                }
+            }
+        }
+        let entry = Entry(method: method, fields: fields, isMutation: C.isMutation, prepare: { param in
             let params: C
             switch ParamDecoding.decode(C.self, from: param, fields: fields) {
             case .success(let decoded): params = decoded
@@ -47,7 +61,7 @@ public struct MethodTable<State>: Sendable {
                     return .failure(error)
                 }
             }
-        }
+        }, prepareSilent: silent)
         precondition(byName[method.description] == nil, "\(method) registered twice")
         byName[method.description] = entry
         entries.append(entry)

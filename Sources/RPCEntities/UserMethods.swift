@@ -57,7 +57,7 @@ enum Rules {
     }
 
     static func requireEmail(_ email: String) throws(RPCError) {
-        guard email.contains("@") else { throw .invalidParams("email \"\(email)\" has no @; give an address like ada@example.com") }
+        guard email.utf8.contains(UInt8(ascii: "@")) else { throw .invalidParams("email \"\(email)\" has no @; give an address like ada@example.com") }
     }
 
     static func requireLimit(_ limit: Int?) throws(RPCError) {

@@ -13,6 +13,8 @@ final class DaemonProcess {
     var port: Int { listeners[0].port }
     var pid: Int32 { process.processIdentifier }
     private let stderrDrain: PipeDrain
+    /// Whether `deinit` removes `dataDir` (only the fresh one it made itself).
+    private let ownsDataDir: Bool
 
     /// Starts the daemon and waits (up to `timeout` seconds) until it printed `expectedListeners`
     /// `listening on` lines.
@@ -20,10 +22,13 @@ final class DaemonProcess {
         listen: [String] = ["127.0.0.1:0"],
         extraArguments: [String] = [],
         expectedListeners: Int? = nil,
-        timeout: Double = 20
+        timeout: Double = 20,
+        dataDir givenDataDir: URL? = nil,
+        environment: [String: String] = [:]
     ) throws {
         let binary = try Binaries.rpcd()
-        dataDir = FileManager.default.temporaryDirectory
+        ownsDataDir = givenDataDir == nil
+        dataDir = givenDataDir ?? FileManager.default.temporaryDirectory
             .appendingPathComponent("rpcd-it-\(UUID().uuidString)", isDirectory: true)
         try FileManager.default.createDirectory(at: dataDir, withIntermediateDirectories: true)
 
@@ -35,6 +40,9 @@ final class DaemonProcess {
         process = Process()
         process.executableURL = binary
         process.arguments = arguments
+        if !environment.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        }
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = FileHandle.nullDevice
         let errPipe = Pipe()
@@ -42,7 +50,7 @@ final class DaemonProcess {
         do {
             try process.run()
         } catch {
-            try? FileManager.default.removeItem(at: dataDir)
+            if ownsDataDir { try? FileManager.default.removeItem(at: dataDir) }
             throw HarnessError("could not start \(binary.path): \(error)")
         }
         // Our copy of the write end must go, or the drain never sees EOF.
@@ -56,7 +64,7 @@ final class DaemonProcess {
             let text = stderrDrain.text
             let state = process.isRunning ? "still running" : "exited with \(process.terminationStatus)"
             if process.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) }
-            try? FileManager.default.removeItem(at: dataDir)
+            if ownsDataDir { try? FileManager.default.removeItem(at: dataDir) }
             throw HarnessError(
                 "rpcd \(arguments.joined(separator: " ")) did not print \(want) `listening on HOST:PORT` "
                     + "line(s) within \(timeout) s (\(state)). stderr:\n\(text)")
@@ -66,7 +74,7 @@ final class DaemonProcess {
 
     deinit {
         if process.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) }
-        try? FileManager.default.removeItem(at: dataDir)
+        if ownsDataDir { try? FileManager.default.removeItem(at: dataDir) }
     }
 
     static func parseListeners(_ text: String) -> [(host: String, port: Int)] {

@@ -1,0 +1,128 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite("journal: recovery after kill -9, torn tails, corruption, repair")
+struct JournalRecoveryTests {
+    @Test("1000 acknowledged creates survive SIGKILL and a restart on the same data dir", arguments: ["always", "everysec", "none"])
+    func acknowledgedSurviveKill(_ policy: String) throws {
+        let dir = JournalSupport.makeDataDir()
+        defer { JournalSupport.remove(dir) }
+        let first = try DaemonProcess(extraArguments: ["--fsync", policy], dataDir: dir)
+        let acked = try JournalSupport.createUsers(port: first.port, range: 0..<1000)
+        #expect(acked.count == 1000)
+        first.stop()  // SIGKILL
+
+        let second = try DaemonProcess(extraArguments: ["--fsync", policy], dataDir: dir)
+        defer { second.stop() }
+        #expect(try JournalSupport.userIDs(port: second.port) == Set(acked), "stderr: \(second.stderrTail())")
+        #expect(second.stderrText.contains("loaded 1000 records"), "no load line: \(second.stderrTail())")
+    }
+
+    @Test("the journal is canonical request lines with a seq, replayable as they are")
+    func journalFormat() throws {
+        let dir = JournalSupport.makeDataDir()
+        defer { JournalSupport.remove(dir) }
+        try withDaemon(extraArguments: ["--data-dir", dir.path]) { daemon in
+            let c = try LineClient(port: daemon.port)
+            _ = try c.request(Wire.createUser("1", "u1", "Ada", "ada@example.com"))
+            _ = try c.request(Wire.getUser("2", "u1"))  // reads are never journaled
+            _ = try c.request(Wire.request("3", "user.updateUser", #"{"userId":"u1","newName":"Ada L"}"#))
+        }
+        let lines = try JournalSupport.lines(JournalSupport.journal(dir))
+        #expect(lines == [
+            #"{"id":"1","method":"user.createUser","param":{"id":"u1","name":"Ada","email":"ada@example.com"},"seq":1}"#,
+            #"{"id":"3","method":"user.updateUser","param":{"userId":"u1","newName":"Ada L"},"seq":2}"#,
+            "",
+        ])
+    }
+
+    @Test("an incomplete last line is cut off with a warning naming the file and the bytes; data intact")
+    func tornTail() throws {
+        let dir = JournalSupport.makeDataDir()
+        defer { JournalSupport.remove(dir) }
+        let first = try DaemonProcess(dataDir: dir)
+        let acked = try JournalSupport.createUsers(port: first.port, range: 0..<20)
+        first.stop()
+        let journal = JournalSupport.journal(dir)
+        let garbage = #"{"id":"x","method":"user.createUser","param":{"id":"#
+        let handle = try FileHandle(forWritingTo: journal)
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data(garbage.utf8))
+        try handle.close()
+
+        let second = try DaemonProcess(dataDir: dir)
+        defer { second.stop() }
+        #expect(try JournalSupport.userIDs(port: second.port) == Set(acked))
+        let stderr = second.stderrText
+        #expect(stderr.contains("warning") && stderr.contains(journal.path) && stderr.contains("dropped \(garbage.utf8.count) bytes"), "stderr: \(stderr)")
+        #expect(try String(contentsOf: journal, encoding: .utf8).hasSuffix("}\n"))
+        // The journal takes new records after the cut.
+        try JournalSupport.createUsers(port: second.port, prefix: "v", range: 0..<5)
+    }
+
+    @Test("a corrupt middle line stops the start with FILE:LINE; rpcd repair cuts it (with a backup) and the start works")
+    func corruptMiddleLineAndRepair() throws {
+        let dir = JournalSupport.makeDataDir()
+        defer { JournalSupport.remove(dir) }
+        let first = try DaemonProcess(dataDir: dir)
+        try JournalSupport.createUsers(port: first.port, range: 0..<10)
+        first.stop()
+        let journal = JournalSupport.journal(dir)
+        var lines = try JournalSupport.lines(journal)
+        lines[4] = #"{"id":"r4","method":"user.createUser","param":{"id":"u4","na"#  // line 5, truncated JSON
+        try lines.joined(separator: "\n").write(to: journal, atomically: false, encoding: .utf8)
+
+        let failed = try JournalSupport.failingStart(dir)
+        #expect(failed.status == 1, "status \(String(describing: failed.status)), stderr: \(failed.stderr)")
+        #expect(failed.stderr.contains("\(journal.path):5: "), "stderr: \(failed.stderr)")
+        #expect(failed.stderr.contains("rpcd repair --data-dir \(dir.path)"), "stderr: \(failed.stderr)")
+        #expect(!failed.stderr.contains("listening on"))
+
+        let repair = try runProcess(try Binaries.rpcd(), ["repair", "--data-dir", dir.path])
+        #expect(repair.status == 0, "repair: \(repair.stdout) \(repair.stderr)")
+        let backups = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.hasPrefix("journal.jsonl.cut-") }
+        #expect(backups.count == 1, "files: \(try FileManager.default.contentsOfDirectory(atPath: dir.path))")
+        if let backup = backups.first {
+            let cut = try String(contentsOf: dir.appendingPathComponent(backup), encoding: .utf8)
+            #expect(cut.hasPrefix(lines[4]) && cut.contains(#""id":"u9""#), "backup: \(cut)")
+        }
+
+        let second = try DaemonProcess(dataDir: dir)
+        defer { second.stop() }
+        #expect(try JournalSupport.userIDs(port: second.port) == ["u0", "u1", "u2", "u3"])
+    }
+
+    @Test("a second daemon on the same data dir is refused with one line")
+    func secondDaemonRefused() throws {
+        try withDaemon { daemon in
+            let out = try JournalSupport.failingStart(daemon.dataDir)
+            #expect(out.status == 1, "status \(String(describing: out.status)), stderr: \(out.stderr)")
+            let message = out.stderr.trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(message.contains("in use by another rpcd (pid \(daemon.pid))") && !message.contains("\n"), "stderr: \(out.stderr)")
+        }
+    }
+
+    @Test("a read-only data dir, or one that cannot be created, gives a clear one-line error")
+    func readOnlyDataDir() throws {
+        let dir = JournalSupport.makeDataDir()
+        defer { JournalSupport.remove(dir) }
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o555])
+        // root ignores permissions: drop to nobody with setpriv to see what a normal user sees.
+        var command = [try Binaries.rpcd().path]
+        if geteuid() == 0 {
+            guard let setpriv = Binaries.onPath("setpriv") else { return }
+            command = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"] + command
+        }
+        for (path, expected) in [(dir.path, "is not writable"), (dir.path + "/sub/data", "cannot create data directory")] {
+            let out = try runProcess(
+                URL(fileURLWithPath: command[0]), Array(command.dropFirst()) + ["serve", "--listen", "127.0.0.1:0", "--data-dir", path])
+            #expect(out.status == 1, "status \(String(describing: out.status)), stderr: \(out.stderr)")
+            let message = out.stderr.trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(message.contains(expected) && message.contains(path) && !message.contains("\n"), "stderr: \(out.stderr)")
+        }
+    }
+}

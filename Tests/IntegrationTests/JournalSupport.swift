@@ -1,0 +1,51 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Helpers for the durability tests: a data directory that outlives daemons, bulk creates, lists.
+enum JournalSupport {
+    /// A fresh temporary data directory (not created); remove it with `remove`.
+    static func makeDataDir() -> URL {
+        FileManager.default.temporaryDirectory.appendingPathComponent("rpcd-journal-\(UUID().uuidString)", isDirectory: true)
+    }
+
+    static func remove(_ dir: URL) { try? FileManager.default.removeItem(at: dir) }
+
+    static func journal(_ dir: URL) -> URL { dir.appendingPathComponent("journal.jsonl") }
+
+    /// Creates users `prefix0..<count` pipelined in one write; returns the ids acknowledged with a Result.
+    @discardableResult
+    static func createUsers(port: Int, prefix: String = "u", range: Range<Int>) throws -> [String] {
+        let client = try LineClient(port: port, timeout: 30)
+        var text = ""
+        for i in range { text += Wire.createUser("r\(i)", "\(prefix)\(i)", "User \(i)", "\(prefix)\(i)@example.com") + "\n" }
+        try client.send(text)
+        var acked: [String] = []
+        for i in range {
+            let line = try client.expectLine()
+            #expect(line == Wire.createUserResult("r\(i)", "\(prefix)\(i)", "User \(i)", "\(prefix)\(i)@example.com"), "reply: \(line.prefix(300))")
+            acked.append("\(prefix)\(i)")
+        }
+        return acked
+    }
+
+    /// Every user id, read with one `listUsers`.
+    static func userIDs(port: Int) throws -> Set<String> {
+        let client = try LineClient(port: port, timeout: 30)
+        let reply = try Reply(try client.request(Wire.request("list", "user.listUsers")))
+        guard let ids = reply.listIDs("users") else { throw HarnessError("listUsers reply without users: \(reply.line.prefix(300))") }
+        return Set(ids)
+    }
+
+    /// Starts `rpcd serve` on `dir` expecting it to fail; returns (status, stderr).
+    static func failingStart(_ dir: URL, extra: [String] = []) throws -> ProcessOutcome {
+        try runProcess(try Binaries.rpcd(), ["serve", "--listen", "127.0.0.1:0", "--data-dir", dir.path] + extra, timeout: 20)
+    }
+
+    static func lines(_ url: URL) throws -> [String] {
+        try String(contentsOf: url, encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+    }
+}
