@@ -85,7 +85,7 @@ struct JournalRecoveryTests {
         let repair = try runProcess(try Binaries.rpcd(), ["repair", "--data-dir", dir.path])
         #expect(repair.status == 0, "repair: \(repair.stdout) \(repair.stderr)")
         let backups = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.hasPrefix("journal.jsonl.cut-") }
-        #expect(backups.count == 1, "files: \(try FileManager.default.contentsOfDirectory(atPath: dir.path))")
+        #expect(backups.count == 1, "cut backups: \(backups)")
         if let backup = backups.first {
             let cut = try String(contentsOf: dir.appendingPathComponent(backup), encoding: .utf8)
             #expect(cut.hasPrefix(lines[4]) && cut.contains(#""id":"u9""#), "backup: \(cut)")
