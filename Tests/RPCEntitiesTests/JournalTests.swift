@@ -1,0 +1,91 @@
+import RPCEntities
+import RPCSchema
+import Testing
+
+@Suite("journal records, snapshots and replay (pure)")
+struct JournalTests {
+    private func line(_ request: Request, seq: UInt64) -> String {
+        var out: [UInt8] = []
+        JournalRecord.encode(request, seq: seq, into: &out)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    private func create(_ id: String, seq: UInt64) -> String {
+        line(Request(id: "r\(seq)", method: CreateUser.method, param: ["id": .string(id), "name": "N", "email": "n@x"]), seq: seq)
+    }
+
+    private func replay(_ text: String, into replay: inout JournalReplay) -> Result<JournalReplay.FileOutcome, JournalReplay.Failure> {
+        Array(text.utf8).withUnsafeBytes { replay.replayJournal($0) }
+    }
+
+    @Test("a record is the canonical request line plus \"seq\", and decodes back")
+    func roundTrip() throws {
+        let request = Request(id: "7", method: CreateUser.method, param: ["id": "u1", "name": "Ada", "email": "a@x"])
+        let text = line(request, seq: 42)
+        #expect(text == #"{"id":"7","method":"user.createUser","param":{"id":"u1","name":"Ada","email":"a@x"},"seq":42}"# + "\n")
+        let decoded = Array(text.utf8.dropLast()).withUnsafeBytes { JournalRecord.decode($0) }
+        let (back, seq) = try decoded.get()
+        #expect(back == request && seq == 42)
+        // The daemon's own decoder reads it as a plain request (seq is ignored).
+        guard case .request(let plain) = Array(text.utf8.dropLast()).withUnsafeBytes({ RequestCodec.decode($0) }) else {
+            Issue.record("not a request")
+            return
+        }
+        #expect(plain == request)
+    }
+
+    @Test("replay applies in order, reports the torn tail, skips what the snapshot covers")
+    func replayJournal() throws {
+        var state = JournalReplay()
+        let text = create("u1", seq: 1) + create("u2", seq: 2) + #"{"id":"x","meth"#
+        let outcome = try replay(text, into: &state).get()
+        #expect(outcome.applied == 2 && outcome.tornBytes == 15 && outcome.validBytes == text.utf8.count - 15)
+        #expect(state.state.users.count == 2 && state.lastSeq == 2)
+        // Overlap with what is applied already: skipped, then continues.
+        let more = try replay(create("u2", seq: 2) + create("u3", seq: 3), into: &state).get()
+        #expect(more.skipped == 1 && more.applied == 1 && state.lastSeq == 3)
+    }
+
+    @Test("corrupt lines fail with their line number and a reason", arguments: [
+        (#"{"id":"r","method":"user.createUser","param":{"id":"#, "not valid JSON"),
+        (#"{"id":"r","method":"user.createUser","param":{"id":"u9","name":"N","email":"n@x"}}"#, "no \"seq\""),
+        (#"{"id":"r","method":"user.createUser","param":{"id":"u1","name":"N","email":"n@x"},"seq":2}"#, "does not apply"),
+        (#"{"id":"r","method":"user.getUser","param":{"userId":"u1"},"seq":2}"#, "not a mutation"),
+        (#"{"id":"r","method":"user.createUser","param":{"id":"u9","name":"N","email":"n@x"},"seq":5}"#, "sequence number 5"),
+    ])
+    func corrupt(_ bad: String, _ reason: String) {
+        var state = JournalReplay()
+        let text = create("u1", seq: 1) + bad + "\n" + create("u3", seq: 3)
+        guard case .failure(let failure) = replay(text, into: &state) else {
+            Issue.record("replayed a corrupt journal")
+            return
+        }
+        #expect(failure.line == 2 && failure.offset == create("u1", seq: 1).utf8.count)
+        #expect(failure.reason.contains(reason), "reason: \(failure.reason)")
+    }
+
+    @Test("a snapshot of the state replays to the same state and sequence number")
+    func snapshotRoundTrip() throws {
+        var source = JournalReplay()
+        var journal = (0..<50).map { create("u\($0)", seq: UInt64($0 + 1)) }.joined()
+        journal += line(Request(id: "b", method: AddBuilding.method, param: [
+            "id": "b1", "name": "Tower", "address": "1 Main", "residents": ["u1", "u2"],
+        ]), seq: 51)
+        journal += line(Request(id: "d", method: DeleteUser.method, param: ["userId": "u2"]), seq: 52)
+        _ = try replay(journal, into: &source).get()
+
+        var bytes = JournalSnapshot.header(seq: source.lastSeq, records: JournalSnapshot.recordCount(source.state))
+        JournalSnapshot.encodeRecords(source.state, chunkBytes: 256) { bytes += $0 }
+        var copy = JournalReplay()
+        let outcome = try bytes.withUnsafeBytes { copy.replaySnapshot($0) }.get()
+        #expect(outcome.applied == 50 && copy.lastSeq == 52)
+        var left = source.state
+        var right = copy.state
+        #expect(left.users.page(after: nil, limit: nil).records == right.users.page(after: nil, limit: nil).records)
+        #expect(right.buildings["b1"]?.residents == ["u1"])
+        // A snapshot cut short is corrupt, not silently partial.
+        var partial = JournalReplay()
+        let cut = Array(bytes.prefix(bytes.count - 40))
+        #expect(throws: JournalReplay.Failure.self) { try cut.withUnsafeBytes { partial.replaySnapshot($0) }.get() }
+    }
+}
