@@ -32,10 +32,9 @@ final class DataDirectory: @unchecked Sendable {
     init(path: String) throws(OpenError) {
         self.path = path
         do {
-            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+            try FileIO.makeDirectories(path)
         } catch {
-            let reason = (error as NSError).localizedFailureReason ?? "\(error.localizedDescription)"
-            throw OpenError(description: "cannot create data directory \(path): \(reason); create it, or pass another --data-dir")
+            throw OpenError(description: "cannot create data directory \(path) (\(error)); create it, or pass another --data-dir")
         }
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue else {

@@ -49,6 +49,15 @@ enum FileIO {
         try sync(fd, path: directory)
     }
 
+    /// `mkdir -p`: creates `path` and its missing parents.
+    static func makeDirectories(_ path: String) throws(Errno) {
+        var prefix = path.hasPrefix("/") ? "" : "."
+        for component in path.split(separator: "/") {
+            prefix += "/" + component
+            if Glibc.mkdir(prefix, 0o755) == -1, errno != EEXIST { throw Errno(errno, call: "mkdir(\(prefix))") }
+        }
+    }
+
     static func rename(_ from: String, _ to: String) throws(Errno) {
         _ = try retrying("rename(\(from), \(to))") { Glibc.rename(from, to) }
     }
