@@ -14,6 +14,7 @@ extension Daemon {
     static func serve(_ options: ServeOptions) -> Int32 {
         let log = Logger(level: options.logLevel)
         Syscall.ignoreSIGPIPE()
+        let fileLimit = Syscall.raiseFileLimit()
         let signals = SignalHandler(signals: [SIGTERM, SIGINT])
 
         // Addresses are checked before any work, so a typo fails fast.
@@ -42,7 +43,7 @@ extension Daemon {
             log.error("cannot listen: \(error); pick a free port with --listen HOST:PORT (port 0 picks one)")
             return 1
         }
-        log.info("rpcd \(CommandLineParser.version) serving \(addresses.count) listener(s); SIGTERM or SIGINT stops it")
+        log.info("rpcd \(CommandLineParser.version) serving \(addresses.count) listener(s), up to \(fileLimit) open files; SIGTERM or SIGINT stops it")
 
         // Shutdown, in reverse order of the start.
         signals.onSignal { signal in

@@ -10,8 +10,12 @@ let options: Options
 do {
     options = try Options.parse(Array(CommandLine.arguments.dropFirst()))
 } catch {
+    if error.message == Options.usage {
+        print(Options.usage)
+        exit(0)
+    }
     FileHandle.standardError.write(Data("rpcbench: \(error.message)\n".utf8))
-    exit(error.message == Options.usage ? 0 : 2)
+    exit(2)
 }
 
 func fail(_ message: String) -> Never {
