@@ -21,7 +21,7 @@ let package = Package(
         .target(name: "RPCClient", dependencies: ["RPCSchema", "RPCTransport"]),
         .target(name: "RPCDaemon", dependencies: ["RPCSchema", "RPCEntities", "RPCTransport"]),
         .executableTarget(name: "rpcd", dependencies: ["RPCDaemon"]),
-        .executableTarget(name: "rpcbench", dependencies: ["RPCSchema", "RPCTransport"]),
+        .executableTarget(name: "rpcbench", dependencies: ["RPCSchema", "RPCEntities", "RPCTransport"]),
         .testTarget(name: "RPCSchemaTests", dependencies: ["RPCSchema"]),
         .testTarget(name: "RPCEntitiesTests", dependencies: ["RPCSchema", "RPCEntities"]),
         .testTarget(name: "RPCTransportTests", dependencies: ["RPCTransport"]),

@@ -13,6 +13,7 @@ struct Options {
     var fsync: String?
     var idle: Int?
     var recovery: Int?
+    var inProcess: Int?
     var threads = 1
 
     static let usage = """
@@ -27,6 +28,8 @@ struct Options {
           --threads N        load threads (default 1; each runs an epoll loop)
           --idle N           open N idle connections to a spawned daemon, report its RSS per connection
           --recovery N       write N mutations, stop the daemon, time its restart until "listening on"
+          --in-process N     no sockets: run N requests of the workload through the dispatcher on this thread
+                             (for profiling the decode-dispatch-encode path; run it under valgrind --tool=callgrind)
         Prints a table, then: RESULT workload=… conns=… depth=… rps=… p50_us=… p99_us=… p999_us=… errors=…
         Exits 1 if any request failed or any reply did not match its request.
         """
@@ -63,11 +66,12 @@ struct Options {
             case "--threads": options.threads = try number(Int.self)
             case "--idle": options.idle = try number(Int.self)
             case "--recovery": options.recovery = try number(Int.self)
+            case "--in-process": options.inProcess = try number(Int.self)
             case "--help", "-h": throw UsageError(usage)
             default: throw UsageError("unknown option '\(flag)'; see rpcbench --help")
             }
         }
-        if options.connect == nil && options.spawn == nil { throw UsageError("give --connect HOST:PORT or --spawn PATH_TO_RPCD") }
+        if options.connect == nil && options.spawn == nil && options.inProcess == nil { throw UsageError("give --connect HOST:PORT or --spawn PATH_TO_RPCD") }
         if (options.idle != nil || options.recovery != nil) && options.spawn == nil {
             throw UsageError("--idle and --recovery need --spawn PATH_TO_RPCD (they measure the daemon's process)")
         }

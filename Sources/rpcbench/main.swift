@@ -83,6 +83,7 @@ func createUsersLines(_ count: Int, prefix: String) -> [[UInt8]] {
 }
 
 func run() throws -> Never {
+    if let count = options.inProcess { runInProcess(count: count, options: options) }
     // MARK: - Idle connections
 
     if let idle = options.idle, let binary = options.spawn {
