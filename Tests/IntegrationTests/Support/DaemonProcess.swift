@@ -132,7 +132,7 @@ final class DaemonProcess {
     private func statusField(_ name: String) -> Int? {
         guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
         for line in text.split(separator: "\n") where line.hasPrefix(name + ":") {
-            let digits = line.dropFirst(name.count + 1).split(separator: " ").first
+            let digits = line.dropFirst(name.count + 1).split(whereSeparator: { $0 == " " || $0 == "\t" }).first
             return digits.flatMap { Int($0) }
         }
         return nil
