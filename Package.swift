@@ -25,8 +25,9 @@ let package = Package(
         .testTarget(name: "RPCSchemaTests", dependencies: ["RPCSchema"]),
         .testTarget(name: "RPCEntitiesTests", dependencies: ["RPCSchema", "RPCEntities"]),
         .testTarget(name: "RPCTransportTests", dependencies: ["RPCTransport"]),
+        .testTarget(name: "RPCDaemonTests", dependencies: ["RPCDaemon", "RPCTransport"]),
         // Starts the real binaries (rpcd, rpcbench) over real TCP.
-        .testTarget(name: "IntegrationTests", dependencies: ["RPCSchema"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["RPCSchema", "RPCEntities"]),
     ],
     swiftLanguageModes: [.v6]
 )

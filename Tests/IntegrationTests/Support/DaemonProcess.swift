@@ -20,7 +20,8 @@ final class DaemonProcess {
         listen: [String] = ["127.0.0.1:0"],
         extraArguments: [String] = [],
         expectedListeners: Int? = nil,
-        timeout: Double = 20
+        timeout: Double = 20,
+        environment: [String: String] = [:]
     ) throws {
         let binary = try Binaries.rpcd()
         dataDir = FileManager.default.temporaryDirectory
@@ -35,6 +36,9 @@ final class DaemonProcess {
         process = Process()
         process.executableURL = binary
         process.arguments = arguments
+        if !environment.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        }
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = FileHandle.nullDevice
         let errPipe = Pipe()
@@ -160,9 +164,10 @@ final class DaemonProcess {
 func withDaemon<R>(
     listen: [String] = ["127.0.0.1:0"],
     extraArguments: [String] = [],
+    environment: [String: String] = [:],
     _ body: (DaemonProcess) throws -> R
 ) throws -> R {
-    let daemon = try DaemonProcess(listen: listen, extraArguments: extraArguments)
+    let daemon = try DaemonProcess(listen: listen, extraArguments: extraArguments, environment: environment)
     defer { daemon.stop() }
     let result: R
     do {
