@@ -121,6 +121,8 @@ enum CallCommand {
             defer { client.close() }
             let remaining = max(deadline - ContinuousClock.now, .milliseconds(1))
             return .success(try await client.send(invocation.method, param: invocation.param, timeout: remaining))
+        } catch RPCClientError.timedOut(let method, let id, _) {
+            return .failure(.timedOut(method: method, id: id, after: timeout))  // the whole --timeout, not what was left of it
         } catch let error as RPCClientError {
             return .failure(error)
         } catch {
