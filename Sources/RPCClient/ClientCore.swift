@@ -137,8 +137,9 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
                 }
                 var entry = Pending(method: call.method, complete: { collector.set(index, $0) })
                 if let timeout {
-                    let item = DispatchWorkItem { [self] in
-                        complete(call.id, .failure(.timedOut(method: call.method, id: call.id, after: timeout)))
+                    // Weak: a cancelled item stays queued until its deadline; it must not keep the client alive.
+                    let item = DispatchWorkItem { [weak self] in
+                        self?.complete(call.id, .failure(.timedOut(method: call.method, id: call.id, after: timeout)))
                     }
                     queue.asyncAfter(deadline: .now() + .nanoseconds(timeout.nanoseconds), execute: item)
                     entry.timer = item

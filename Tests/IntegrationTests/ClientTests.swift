@@ -115,7 +115,7 @@ struct ClientTests {
         let client = try await RPCClient.connect(host: "127.0.0.1", port: daemon.port)
         defer { client.close() }
         _ = try await client.call(CreateUser(id: "u1", name: "Ada", email: "ada@example.com"))
-        daemon.signal(SIGSTOP)  // the call below is surely in flight when the daemon dies
+        try daemon.pause()  // the call below is surely in flight when the daemon dies
         let started = Date()
         let inFlight = Task { try await client.call(GetUser(userId: "u1"), timeout: .seconds(60)) }
         try await Task.sleep(for: .milliseconds(200))
@@ -163,7 +163,7 @@ struct ClientTests {
             defer { client.close() }
             let late = Locked<[Request]>([])
             client.handlers.onAnyOther { message in late.withLock { $0.append(message) } }
-            daemon.signal(SIGSTOP)
+            try daemon.pause()
             await #expect(throws: RPCClientError.self) { try await client.call(ListUsers(), timeout: .milliseconds(200)) }
             daemon.signal(SIGCONT)
             #expect(try await client.call(ListUsers()).isEmpty)

@@ -115,3 +115,22 @@ func withDaemonAsync<R>(_ body: (DaemonProcess) async throws -> R) async throws 
     }
     return result
 }
+
+extension DaemonProcess {
+    /// SIGSTOP, then waits until the kernel reports the process stopped (state T), so a request
+    /// sent after this surely stays unanswered.
+    func pause() throws {
+        signal(SIGSTOP)
+        let deadline = Date().addingTimeInterval(5)
+        while Date() < deadline {
+            if let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                let close = text.lastIndex(of: ")"),
+                text[text.index(after: close)...].split(separator: " ").first == "T"
+            {
+                return
+            }
+            usleep(1_000)
+        }
+        throw HarnessError("rpcd did not stop within 5 s of SIGSTOP")
+    }
+}
