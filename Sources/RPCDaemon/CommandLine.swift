@@ -50,6 +50,7 @@ public enum CommandLineParser {
 
         Usage:
           rpcd serve [options]     run the daemon
+          rpcd call [--timeout S] HOST:PORT METHOD [PARAM-JSON]   send one request, print its reply
           rpcd --version           print the version
           rpcd --help              print this help
 
