@@ -37,14 +37,33 @@ func runInProcess(count: Int, options: Options) -> Never {
         }
         line.withUnsafeBytes { _ = dispatcher.handle(line: $0, session: &session, into: &out) }
         if out.count > 60_000 {
-            if out.count > 30 && String(decoding: out, as: UTF8.self).contains("error.error") { errors += 1 }
+            errors += out.withUnsafeBytes { countOccurrences(of: errorMarker, in: $0) }
             out.removeAll(keepingCapacity: true)
         }
     }
     let seconds = Double(nowNanoseconds() - start) / 1e9
+    errors += out.withUnsafeBytes { countOccurrences(of: errorMarker, in: $0) }
     let perRequest = seconds / Double(count) * 1e9
     print("in-process  \(count) \(options.workload.rawValue) requests in \(String(format: "%.3f", seconds)) s")
     print("per request \(String(format: "%.0f", perRequest)) ns (\(Int(Double(count) / seconds)) requests/s on one core)")
     print("RESULT inprocess=\(count) workload=\(options.workload.rawValue) ns_per_request=\(Int(perRequest)) errors=\(errors)")
     exit(errors == 0 ? 0 : 1)
+}
+
+private let errorMarker = Array(#""method":"error.error""#.utf8)
+
+/// How many times `needle` occurs in `haystack` (a plain byte scan: no String, no Foundation).
+func countOccurrences(of needle: [UInt8], in haystack: UnsafeRawBufferPointer) -> Int {
+    guard haystack.count >= needle.count, let first = needle.first else { return 0 }
+    var found = 0
+    var start = 0
+    while start <= haystack.count - needle.count {
+        if haystack[start] == first && needle.indices.allSatisfy({ haystack[start + $0] == needle[$0] }) {
+            found += 1
+            start += needle.count
+        } else {
+            start += 1
+        }
+    }
+    return found
 }
