@@ -86,27 +86,28 @@ public final class Dispatcher: @unchecked Sendable {
             RequestCodec.encodeError(id: request.id, error, form: form, into: &out)
             return .reply
         }
-        let (result, ticket) = run(prepared, request: request, isMutation: entry.isMutation)
-        switch result {
-        case .success(let reply):
-            RequestCodec.encode(id: request.id, method: request.method.result, param: reply, form: form, into: &out)
-        case .failure(let error):
-            RequestCodec.encodeError(id: request.id, error, form: form, into: &out)
+        var ticket: UInt64?
+        RequestCodec.encode(id: request.id, method: entry.result, form: form, into: &out) { out in
+            let (error, applied) = run(prepared, request: request, isMutation: entry.isMutation, into: &out)
+            ticket = applied
+            return error
         }
         return ticket.map { .replyAfter(ticket: $0, id: request.id) } ?? .reply
     }
 
+    /// Runs the call under the state lock, writing its reply param; a successful mutation is logged
+    /// (under the same lock, so the log's order is the apply order).
     private func run(
-        _ prepared: MethodTable<Entities>.Prepared, request: Request, isMutation: Bool
-    ) -> (Result<JSONValue, RPCError>, UInt64?) {
+        _ prepared: MethodTable<Entities>.Prepared, request: Request, isMutation: Bool, into out: inout [UInt8]
+    ) -> (RPCError?, UInt64?) {
         lock.lock()
         defer { lock.unlock() }
         if isMutation, let log, let reason = log.refusal() {
-            return (.failure(.internal("mutations are refused: \(reason)")), nil)
+            return (.internal("mutations are refused: \(reason)"), nil)
         }
-        let result = prepared(&state)
-        guard isMutation, case .success = result, let log else { return (result, nil) }
-        return (result, log.record(request.canonical))
+        if let error = prepared(&state, &out) { return (error, nil) }
+        guard isMutation, let log else { return (nil, nil) }
+        return (nil, log.record(request.canonical))
     }
 
     /// Runs `body` with the state lock held (snapshots, stats).
