@@ -32,7 +32,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     /// The journal's figures for `system.stats` (nil until there is a journal).
     let journalStats: (@Sendable () -> JournalStats)?
     /// Per-loop connections and counters, by loop identity (immutable after init).
-    private let loopStates: [ObjectIdentifier: LoopState]
+    private let loopStates: [LoopState]
     private let system: SystemMethods
 
     /// Per-connection state kept in `Connection.context`.
@@ -53,9 +53,9 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         self.maxConnections = maxConnections
         self.idleTimeout = idleTimeout
         self.journalStats = journalStats
-        self.loopStates = Dictionary(uniqueKeysWithValues: loops.loops.map { (ObjectIdentifier($0), LoopState(loop: $0)) })
+        self.loopStates = loops.loops.map { LoopState(loop: $0) }
         self.system = SystemMethods(table: dispatcher.table)
-        for state in loopStates.values { state.startIdleSweep(seconds: idleTimeout, log: log) }
+        for state in loopStates { state.startIdleSweep(seconds: idleTimeout, log: log) }
     }
 
     /// Serves on sockets that are already listening (socket activation). Logs `listening on HOST:PORT` for each.
@@ -125,8 +125,8 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     }
 
     private func loopState(_ connection: Connection) -> LoopState {
-        // Every connection's loop comes from `loops`, which `loopStates` was built from.
-        loopStates[ObjectIdentifier(connection.loop)]!
+        // Every connection's loop comes from `loops`, which `loopStates` was built from, in order.
+        loopStates[connection.loop.index]
     }
 
     // MARK: - ConnectionDelegate (on the connection's loop queue)
@@ -144,9 +144,9 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
                 serveSystem(request, form: form, on: connection, box: box)
                 return
             }
-            disposition = dispatcher.handle(request, form: form, into: &box.scratch)
-            let known = dispatcher.table.entry(for: request.method) != nil
-            stats.count(known ? request.method : LoopState.unknownMethod, failed: RequestCodec.isErrorReply(box.scratch))
+            let served = dispatcher.serve(request, form: form, into: &box.scratch)
+            disposition = served.disposition
+            stats.count(served.known ? request.method : LoopState.unknownMethod, failed: served.failed)
         case .counterRequest, .invalid:
             // Rare: decoded again by the dispatcher, which keeps the one counter-request hook and error wording.
             disposition = dispatcher.handle(line: line, session: &box.session, into: &box.scratch)
@@ -211,7 +211,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             return (self.listeners, Array(connections.values))
         }
         for listener in listeners { listener.close() }
-        for state in loopStates.values { state.stopIdleSweep() }
+        for state in loopStates { state.stopIdleSweep() }
         if open.isEmpty { once.run() }
         for connection in open { connection.finish() }
         DispatchQueue.global().asyncAfter(deadline: .now() + grace) { [self] in
@@ -260,7 +260,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
 
     /// Adds up every loop's figures (visiting each loop queue) and the connection counts.
     func collectStats(_ done: @escaping @Sendable (StatsResult) -> Void) {
-        collect(Array(loopStates.values)) { [self] snapshot in
+        collect(loopStates) { [self] snapshot in
             let connections = lock.withLock {
                 ConnectionStats(current: self.connections.count, total: totalConnections, refused: refusedConnections, idleClosed: 0)
             }

@@ -71,28 +71,43 @@ public final class Dispatcher: @unchecked Sendable {
 
     /// Handles a decoded request; the reply goes in `form`.
     public func handle(_ request: Request, form: WireForm, into out: inout [UInt8]) -> Disposition {
+        serve(request, form: form, into: &out).disposition
+    }
+
+    /// What serving one request came to, for statistics.
+    public struct Served: Sendable {
+        public var disposition: Disposition
+        /// The reply is an `error.error`.
+        public var failed: Bool
+        /// The method is in the table (unknown methods are counted together).
+        public var known: Bool
+    }
+
+    /// Handles a decoded request; the reply goes in `form`.
+    public func serve(_ request: Request, form: WireForm, into out: inout [UInt8]) -> Served {
         guard let entry = table.entry(for: request.method) else {
             let hint = table.hasEntity(request.method.entity)
                 ? "entity \"\(request.method.entity)\" has no method \"\(request.method.name)\""
                 : "there is no entity \"\(request.method.entity)\""
             let methods = table.entries.map(\.method.description).joined(separator: ", ")
             RequestCodec.encodeError(id: request.id, .methodNotFound("\(hint); methods: \(methods)"), form: form, into: &out)
-            return .reply
+            return Served(disposition: .reply, failed: true, known: false)
         }
         let prepared: MethodTable<Entities>.Prepared
         switch entry.prepare(request.param) {
         case .success(let call): prepared = call
         case .failure(let error):
             RequestCodec.encodeError(id: request.id, error, form: form, into: &out)
-            return .reply
+            return Served(disposition: .reply, failed: true, known: true)
         }
         var ticket: UInt64?
-        RequestCodec.encode(id: request.id, method: entry.result, form: form, into: &out) { out in
+        let error = RequestCodec.encode(id: request.id, method: entry.result, form: form, into: &out) { out in
             let (error, applied) = run(prepared, request: request, isMutation: entry.isMutation, into: &out)
             ticket = applied
             return error
         }
-        return ticket.map { .replyAfter(ticket: $0, id: request.id) } ?? .reply
+        let disposition: Disposition = ticket.map { .replyAfter(ticket: $0, id: request.id) } ?? .reply
+        return Served(disposition: disposition, failed: error != nil, known: true)
     }
 
     /// Runs the call under the state lock, writing its reply param; a successful mutation is logged
