@@ -19,14 +19,18 @@ let package = Package(
         .target(name: "RPCEntities", dependencies: ["RPCSchema"]),
         .target(name: "RPCTransport"),
         .target(name: "RPCClient", dependencies: ["RPCSchema", "RPCTransport"]),
-        .target(name: "RPCDaemon", dependencies: ["RPCSchema", "RPCEntities", "RPCTransport"]),
+        .target(name: "RPCDaemon", dependencies: ["RPCSchema", "RPCEntities", "RPCTransport", "RPCClient"]),
         .executableTarget(name: "rpcd", dependencies: ["RPCDaemon"]),
-        .executableTarget(name: "rpcbench", dependencies: ["RPCSchema", "RPCTransport"]),
+        .executableTarget(name: "rpcbench", dependencies: ["RPCSchema", "RPCEntities", "RPCTransport"]),
         .testTarget(name: "RPCSchemaTests", dependencies: ["RPCSchema"]),
         .testTarget(name: "RPCEntitiesTests", dependencies: ["RPCSchema", "RPCEntities"]),
         .testTarget(name: "RPCTransportTests", dependencies: ["RPCTransport"]),
+        .testTarget(name: "RPCDaemonTests", dependencies: ["RPCDaemon", "RPCTransport"]),
         // Starts the real binaries (rpcd, rpcbench) over real TCP.
-        .testTarget(name: "IntegrationTests", dependencies: ["RPCSchema"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["RPCSchema", "RPCEntities", "RPCClient"]),
+        // Uses only the library product's targets (RPC): its main.swift is README's "Use it from Swift".
+        .executableTarget(name: "rpc-example", dependencies: ["RPCSchema", "RPCClient"]),
+        .testTarget(name: "RPCClientTests", dependencies: ["RPCSchema", "RPCClient"]),
     ],
     swiftLanguageModes: [.v6]
 )

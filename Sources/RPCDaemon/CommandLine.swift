@@ -17,6 +17,14 @@ public struct ServeOptions: Equatable, Sendable {
     public var maxFrameBytes = 1 << 20
     public var maxOutputBytes = 8 << 20
     public var fsync: FsyncPolicy = .always
+    /// Connections served at once; past it a new one gets one `overloaded` error. 0 = no limit.
+    public var maxConnections = 10_000
+    /// Seconds without a complete request before a connection is closed. 0 = never.
+    public var idleTimeout: Double = 300
+    /// `--config FILE`; nil: `$RPCD_CONFIG`, else `/etc/rpcd/rpcd.conf` if it exists (see `Config`).
+    public var configPath: String?
+    /// Config keys given as flags: they win over the config file.
+    public var setByFlags: Set<String> = []
 
     public static let defaultListen = "127.0.0.1:7878"
 
@@ -44,6 +52,7 @@ public enum CommandLineParser {
 
         Usage:
           rpcd serve [options]     run the daemon
+          rpcd call [--timeout S] HOST:PORT METHOD [PARAM-JSON]   send one request, print its reply
           rpcd repair [--data-dir DIR]  cut a damaged journal at its first bad line (keeps a backup)
           rpcd --version           print the version
           rpcd --help              print this help
@@ -58,6 +67,12 @@ public enum CommandLineParser {
           --log-level LEVEL        debug, info, warning or error (default info)
           --max-frame-bytes N      longest request line accepted (default 1048576)
           --max-output-bytes N     replies buffered for a peer that does not read before it is dropped (default 8388608)
+          --max-connections N      connections served at once; more get an `overloaded` error (default 10000, 0 = no limit)
+          --idle-timeout SECONDS   close a connection with no complete request for that long (default 300, 0 = never)
+          --config FILE            settings file (default $RPCD_CONFIG, else /etc/rpcd/rpcd.conf if present); flags win
+
+        Other commands:
+          rpcd check-config FILE   check a settings file; print the effective settings or FILE:LINE errors
 
         Example:
           rpcd serve --listen 127.0.0.1:7878
@@ -98,7 +113,19 @@ public enum CommandLineParser {
                 guard let next = rest.popFirst() else { throw UsageError("\(flag) needs a value; see rpcd --help") }
                 return next
             }
+            if let key = Self.configKeys[flag] { options.setByFlags.insert(key) }
             switch flag {
+            case "--config": options.configPath = try value()
+            case "--max-connections":
+                let text = try value()
+                guard let n = Int(text), n >= 0 else { throw UsageError("--max-connections '\(text)' is not a whole number (0 = no limit)") }
+                options.maxConnections = n
+            case "--idle-timeout":
+                let text = try value()
+                guard let seconds = ConfigValue.seconds(text) else {
+                    throw UsageError("--idle-timeout '\(text)' is not a duration like 300, 30s, 5m or 0 (never)")
+                }
+                options.idleTimeout = seconds
             case "--listen": options.listen.append(try value())
             case "--data-dir": options.dataDir = try value()
             case "--log-level":
@@ -123,6 +150,13 @@ public enum CommandLineParser {
         if options.listen.isEmpty { options.listen = [ServeOptions.defaultListen] }
         return options
     }
+
+    /// Flags that set a config key (so they win over the file).
+    static let configKeys = [
+        "--listen": "listen", "--data-dir": "data_dir", "--log-level": "log_level", "--fsync": "fsync",
+        "--max-frame-bytes": "max_frame_bytes", "--max-output-bytes": "max_output_bytes",
+        "--max-connections": "max_connections", "--idle-timeout": "idle_timeout",
+    ]
 
     private static func positive(_ flag: String, _ text: String) throws(UsageError) -> Int {
         guard let n = Int(text), n > 0 else { throw UsageError("\(flag) '\(text)' is not a positive whole number of bytes") }

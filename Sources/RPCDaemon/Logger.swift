@@ -84,10 +84,12 @@ public final class LogSink: @unchecked Sendable {
     public func write(_ line: String) {
         lock.lock()
         defer { lock.unlock() }
-        var bytes = Array(line.utf8)
+        let bytes = Array(line.utf8)
         var offset = 0
         while offset < bytes.count {
-            let n = bytes.withUnsafeMutableBytes { Foundation.write(fd, $0.baseAddress! + offset, $0.count - offset) }
+            let n = bytes.withUnsafeBytes { raw in
+                Foundation.write(fd, raw.baseAddress.map { $0 + offset }, raw.count - offset)
+            }
             if n > 0 { offset += n } else if n < 0 && errno == EINTR { continue } else { return }
         }
     }

@@ -11,10 +11,22 @@ extension Daemon {
     /// 2. the state is loaded;
     /// 3. listeners are bound and `listening on HOST:PORT` is logged for each;
     /// 4. on a signal: stop accepting, send what is owed, close, exit 0.
-    static func serve(_ options: ServeOptions) -> Int32 {
-        let log = Logger(level: options.logLevel)
+    static func serve(_ flags: ServeOptions) -> Int32 {
         Syscall.ignoreSIGPIPE()
+        let fileLimit = Syscall.raiseFileLimit()
         let signals = SignalHandler(signals: [SIGTERM, SIGINT])
+        // Settings: flags > config file > defaults.
+        let options: ServeOptions
+        do {
+            options = try Config.effective(flags)
+        } catch {
+            for line in error.lines { LogSink.stderr.write("rpcd: \(line)\n") }
+            return 2
+        }
+        let log = Logger(level: options.logLevel)
+        let environment = ProcessInfo.processInfo.environment
+        let systemd = ServiceManager(environment: environment, log: log)
+        systemd.status("starting: loading state")
 
         // Addresses are checked before any work, so a typo fails fast.
         var addresses: [SocketAddress] = []
@@ -37,17 +49,26 @@ extension Daemon {
         let server = Server(
             dispatcher: dispatcher, durability: journal,
             limits: Connection.Limits(maxFrameBytes: options.maxFrameBytes, maxOutputBytes: options.maxOutputBytes),
-            loopCount: ProcessInfo.processInfo.activeProcessorCount, log: log)
+            loopCount: ProcessInfo.processInfo.activeProcessorCount, log: log,
+            maxConnections: options.maxConnections, idleTimeout: options.idleTimeout)
         do {
-            try server.listen(on: addresses)
+            // Socket activation: serve systemd's sockets instead of binding `listen`.
+            let inherited = try SocketActivation.takeListeners()
+            if inherited.isEmpty { try server.listen(on: addresses) } else { try server.listen(inherited: inherited) }
         } catch {
             log.error("cannot listen: \(error); pick a free port with --listen HOST:PORT (port 0 picks one)")
             return 1
         }
-        log.info("rpcd \(CommandLineParser.version) serving \(addresses.count) listener(s); SIGTERM or SIGINT stops it")
+        log.info(
+            "rpcd \(CommandLineParser.version) serving; config \(Config.path(for: flags, environment: environment)?.path ?? "none (defaults)"), "
+                + "data dir \(options.dataDir), max_connections \(options.maxConnections), idle_timeout \(ConfigValue.render(seconds: options.idleTimeout)) s; "
+                + "up to \(fileLimit) open files; SIGTERM or SIGINT stops it")
+        systemd.ready("serving")
+        systemd.startHeartbeat(server)
 
         // Shutdown, in reverse order of the start.
         signals.onSignal { signal in
+            systemd.stopping()
             log.info("received \(signal == SIGTERM ? "SIGTERM" : "SIGINT"); stopping: answering what was received, then exiting")
             server.stop(grace: .seconds(3)) {
                 journal.close {

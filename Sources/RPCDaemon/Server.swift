@@ -21,6 +21,19 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     private var stopping = false
     private var listeners: [Listener] = []
     private var onIdleAfterStop: (@Sendable () -> Void)?
+    private var totalConnections = 0
+    private var refusedConnections = 0
+
+    /// 0 = no limit.
+    let maxConnections: Int
+    /// Seconds; 0 = never.
+    let idleTimeout: Double
+    let startedAt = DispatchTime.now().uptimeNanoseconds
+    /// The journal's figures for `system.stats` (nil until there is a journal).
+    let journalStats: (@Sendable () -> JournalStats)?
+    /// Per-loop connections and counters, by loop identity (immutable after init).
+    private let loopStates: [LoopState]
+    private let system: SystemMethods
 
     /// Per-connection state kept in `Connection.context`.
     private final class SessionBox {
@@ -28,12 +41,34 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         var scratch: [UInt8] = []
     }
 
-    init(dispatcher: Dispatcher, durability: (any MutationLog)?, limits: Connection.Limits, loopCount: Int, log: Logger) {
+    init(
+        dispatcher: Dispatcher, durability: (any MutationLog)?, limits: Connection.Limits, loopCount: Int, log: Logger,
+        maxConnections: Int = 0, idleTimeout: Double = 0, journalStats: (@Sendable () -> JournalStats)? = nil
+    ) {
         self.dispatcher = dispatcher
         self.durability = durability
         self.limits = limits
         self.loops = EventLoopGroup(count: loopCount)
         self.log = log
+        self.maxConnections = maxConnections
+        self.idleTimeout = idleTimeout
+        self.journalStats = journalStats
+        self.loopStates = loops.loops.map { LoopState(loop: $0) }
+        self.system = SystemMethods(table: dispatcher.table)
+        for state in loopStates { state.startIdleSweep(seconds: idleTimeout, log: log) }
+    }
+
+    /// Serves on sockets that are already listening (socket activation). Logs `listening on HOST:PORT` for each.
+    func listen(inherited fds: [Int32]) throws(Errno) {
+        for fd in fds {
+            let listener = try Listener(
+                listening: fd, queue: acceptQueue,
+                onAccept: { [unowned self] fd, peer in self.accepted(fd, peer: peer) },
+                onError: { [log] message in log.warning(message) })
+            lock.withLock { listeners.append(listener) }
+            log.info("listening on \(listener.address) (socket from systemd)")
+            listener.start()
+        }
     }
 
     /// Binds every address (in order) and starts accepting. Logs `listening on HOST:PORT` for each.
@@ -50,9 +85,16 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     }
 
     private func accepted(_ fd: Int32, peer: SocketAddress?) {
+        var overloaded = false
         let connection: Connection? = lock.withLock {
             guard !stopping else { return nil }
+            if maxConnections > 0 && connections.count >= maxConnections {
+                refusedConnections += 1
+                overloaded = true
+                return nil
+            }
             nextID += 1
+            totalConnections += 1
             let connection = Connection(
                 fd: fd, id: nextID, peer: peer, loop: loops.nextLoop(), limits: limits, delegate: self)
             connection.context = SessionBox()
@@ -60,11 +102,31 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             return connection
         }
         guard let connection else {
-            Syscall.close(fd)
+            if overloaded { refuse(fd, peer: peer) } else { Syscall.close(fd) }
             return
         }
         log.debug("connection \(connection.id) from \(peer.map { "\($0)" } ?? "?") opened")
+        let state = loopState(connection)
+        connection.queue.async { state.add(connection) }
         connection.start()
+    }
+
+    /// Past `max_connections`: one `overloaded` error, then close. The socket is new, so the line
+    /// fits its send buffer; the write side is shut first so the error is followed by a clean FIN.
+    private func refuse(_ fd: Int32, peer: SocketAddress?) {
+        var line: [UInt8] = []
+        RequestCodec.encodeError(
+            id: "", .overloaded("rpcd serves at most \(maxConnections) connections at once; try again later"),
+            form: .canonical, into: &line)
+        _ = try? line.withUnsafeBytes { try Syscall.send(fd, $0) }
+        try? Syscall.shutdown(fd, how: Int32(SHUT_WR))
+        Syscall.close(fd)
+        log.warning("refused a connection from \(peer.map { "\($0)" } ?? "?"): max_connections (\(maxConnections)) reached")
+    }
+
+    private func loopState(_ connection: Connection) -> LoopState {
+        // Every connection's loop comes from `loops`, which `loopStates` was built from, in order.
+        loopStates[connection.loop.index]
     }
 
     // MARK: - ConnectionDelegate (on the connection's loop queue)
@@ -72,7 +134,24 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     func connection(_ connection: Connection, didReceive line: UnsafeRawBufferPointer) {
         guard let box = connection.context as? SessionBox else { return }
         box.scratch.removeAll(keepingCapacity: true)
-        let disposition = dispatcher.handle(line: line, session: &box.session, into: &box.scratch)
+        let stats = loopState(connection)
+        let disposition: Dispatcher.Disposition
+        switch RequestCodec.decode(line) {
+        case .request(let request):
+            if box.session.form == nil { box.session.form = request.form }
+            let form = box.session.form ?? .canonical
+            if request.method.entity == SystemMethods.entity {
+                serveSystem(request, form: form, on: connection, box: box)
+                return
+            }
+            let served = dispatcher.serve(request, form: form, into: &box.scratch)
+            disposition = served.disposition
+            stats.count(served.known ? request.method : LoopState.unknownMethod, failed: served.failed)
+        case .counterRequest, .invalid:
+            // Rare: decoded again by the dispatcher, which keeps the one counter-request hook and error wording.
+            disposition = dispatcher.handle(line: line, session: &box.session, into: &box.scratch)
+            if disposition != .none { stats.count(LoopState.invalidLine, failed: true) }
+        }
         switch disposition {
         case .none:
             break
@@ -107,6 +186,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     }
 
     func connectionDidClose(_ connection: Connection, reason: Connection.CloseReason) {
+        loopState(connection).remove(connection)
         switch reason {
         case .finished, .closedByServer: log.debug("connection \(connection.id) closed: \(reason)")
         case .error: log.debug("connection \(connection.id) closed: \(reason)")
@@ -131,6 +211,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             return (self.listeners, Array(connections.values))
         }
         for listener in listeners { listener.close() }
+        for state in loopStates { state.stopIdleSweep() }
         if open.isEmpty { once.run() }
         for connection in open { connection.finish() }
         DispatchQueue.global().asyncAfter(deadline: .now() + grace) { [self] in
@@ -144,6 +225,48 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     }
 
     var connectionCount: Int { lock.withLock { connections.count } }
+
+    // MARK: - The system entity
+
+    private var uptime: Double { Double(DispatchTime.now().uptimeNanoseconds - startedAt) / 1e9 }
+
+    /// `system.*`: answered here, in request order like every other reply.
+    private func serveSystem(_ request: Request, form: WireForm, on connection: Connection, box: SessionBox) {
+        let stats = loopState(connection)
+        let error = SystemMethods.serves(request.method) ? SystemMethods.checkParam(request) : SystemMethods.unknown(request.method)
+        stats.count(SystemMethods.serves(request.method) ? request.method : LoopState.unknownMethod, failed: error != nil)
+        if let error {
+            RequestCodec.encodeError(id: request.id, error, form: form, into: &box.scratch)
+            return connection.send(box.scratch)
+        }
+        switch request.method {
+        case SystemPing.method:
+            let reply = PingResult(version: CommandLineParser.version, uptimeSeconds: uptime)
+            RequestCodec.encode(id: request.id, method: request.method.result, param: SystemMethods.encode(reply), form: form, into: &box.scratch)
+            connection.send(box.scratch)
+        case SystemDescribe.method:
+            RequestCodec.encode(id: request.id, method: request.method.result, param: system.description, form: form, into: &box.scratch)
+            connection.send(box.scratch)
+        default:
+            let slot = connection.reserve()
+            collectStats { result in
+                var out: [UInt8] = []
+                RequestCodec.encode(id: request.id, method: request.method.result, param: SystemMethods.encode(result), form: form, into: &out)
+                let reply = out
+                connection.queue.async { connection.fill(slot, with: reply) }
+            }
+        }
+    }
+
+    /// Adds up every loop's figures (visiting each loop queue) and the connection counts.
+    func collectStats(_ done: @escaping @Sendable (StatsResult) -> Void) {
+        collect(loopStates) { [self] snapshot in
+            let connections = lock.withLock {
+                ConnectionStats(current: self.connections.count, total: totalConnections, refused: refusedConnections, idleClosed: 0)
+            }
+            done(SystemMethods.stats(snapshot, connections: connections, uptime: uptime, journal: journalStats?() ?? JournalStats()))
+        }
+    }
 }
 
 /// Runs a closure at most once, from any thread.

@@ -71,42 +71,58 @@ public final class Dispatcher: @unchecked Sendable {
 
     /// Handles a decoded request; the reply goes in `form`.
     public func handle(_ request: Request, form: WireForm, into out: inout [UInt8]) -> Disposition {
+        serve(request, form: form, into: &out).disposition
+    }
+
+    /// What serving one request came to, for statistics.
+    public struct Served: Sendable {
+        public var disposition: Disposition
+        /// The reply is an `error.error`.
+        public var failed: Bool
+        /// The method is in the table (unknown methods are counted together).
+        public var known: Bool
+    }
+
+    /// Handles a decoded request; the reply goes in `form`.
+    public func serve(_ request: Request, form: WireForm, into out: inout [UInt8]) -> Served {
         guard let entry = table.entry(for: request.method) else {
             let hint = table.hasEntity(request.method.entity)
                 ? "entity \"\(request.method.entity)\" has no method \"\(request.method.name)\""
                 : "there is no entity \"\(request.method.entity)\""
             let methods = table.entries.map(\.method.description).joined(separator: ", ")
             RequestCodec.encodeError(id: request.id, .methodNotFound("\(hint); methods: \(methods)"), form: form, into: &out)
-            return .reply
+            return Served(disposition: .reply, failed: true, known: false)
         }
         let prepared: MethodTable<Entities>.Prepared
         switch entry.prepare(request.param) {
         case .success(let call): prepared = call
         case .failure(let error):
             RequestCodec.encodeError(id: request.id, error, form: form, into: &out)
-            return .reply
+            return Served(disposition: .reply, failed: true, known: true)
         }
-        let (result, ticket) = run(prepared, request: request, isMutation: entry.isMutation)
-        switch result {
-        case .success(let reply):
-            RequestCodec.encode(id: request.id, method: request.method.result, param: reply, form: form, into: &out)
-        case .failure(let error):
-            RequestCodec.encodeError(id: request.id, error, form: form, into: &out)
+        var ticket: UInt64?
+        let error = RequestCodec.encode(id: request.id, method: entry.result, form: form, into: &out) { out in
+            let (error, applied) = run(prepared, request: request, isMutation: entry.isMutation, into: &out)
+            ticket = applied
+            return error
         }
-        return ticket.map { .replyAfter(ticket: $0, id: request.id) } ?? .reply
+        let disposition: Disposition = ticket.map { .replyAfter(ticket: $0, id: request.id) } ?? .reply
+        return Served(disposition: disposition, failed: error != nil, known: true)
     }
 
+    /// Runs the call under the state lock, writing its reply param; a successful mutation is logged
+    /// (under the same lock, so the log's order is the apply order).
     private func run(
-        _ prepared: MethodTable<Entities>.Prepared, request: Request, isMutation: Bool
-    ) -> (Result<JSONValue, RPCError>, UInt64?) {
+        _ prepared: MethodTable<Entities>.Prepared, request: Request, isMutation: Bool, into out: inout [UInt8]
+    ) -> (RPCError?, UInt64?) {
         lock.lock()
         defer { lock.unlock() }
         if isMutation, let log, let reason = log.refusal() {
-            return (.failure(.internal("mutations are refused: \(reason)")), nil)
+            return (.internal("mutations are refused: \(reason)"), nil)
         }
-        let result = prepared(&state)
-        guard isMutation, case .success = result, let log else { return (result, nil) }
-        return (result, log.record(request.canonical))
+        if let error = prepared(&state, &out) { return (error, nil) }
+        guard isMutation, let log else { return (nil, nil) }
+        return (nil, log.record(request.canonical))
     }
 
     /// Runs `body` with the state lock held (snapshots, stats).

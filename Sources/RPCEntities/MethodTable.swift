@@ -5,11 +5,14 @@ import RPCSchema
 /// Built from `RPCCall` types (sourcekit-lsp `MessageRegistry`), so `system.describe` and the
 /// dispatcher read one table and cannot disagree.
 public struct MethodTable<State>: Sendable {
-    /// A decoded call, ready to run against the state.
-    public typealias Prepared = @Sendable (inout State) -> Result<JSONValue, RPCError>
+    /// A decoded call, ready to run against the state: it appends the reply's param as JSON text
+    /// to the buffer, or returns the error to send instead.
+    public typealias Prepared = @Sendable (inout State, inout [UInt8]) -> RPCError?
 
     public struct Entry: Sendable {
         public let method: RPCMethod
+        /// The paired method a success is sent to (`user.getUserResult`), built once.
+        public let result: RPCMethod
         public let fields: [RPCField]
         public let isMutation: Bool
         /// Decodes the param (outside any lock) into a call to run against the state.
@@ -18,20 +21,41 @@ public struct MethodTable<State>: Sendable {
         public let prepareSilent: @Sendable (JSONValue?) -> Result<@Sendable (inout State) -> RPCError?, RPCError>
     }
 
-    private var byName: [String: Entry] = [:]
+    private var byMethod: [RPCMethod: Entry] = [:]
     /// Entries in registration order.
     public private(set) var entries: [Entry] = []
 
     public init() {}
 
-    public func entry(for method: RPCMethod) -> Entry? { byName[method.description] }
+    public func entry(for method: RPCMethod) -> Entry? { byMethod[method] }
 
     /// Whether any method of `entity` exists (to tell "unknown entity" from "unknown method").
     public func hasEntity(_ entity: String) -> Bool { entries.contains { $0.method.entity == entity } }
 
-    /// Registers `C` with its handler.
+    /// Registers `C` with its handler; the reply is written through its `Encodable` conformance.
     public mutating func on<C: RPCCall>(
         _ call: C.Type, _ handler: @escaping @Sendable (inout State, C) throws(RPCError) -> C.Reply
+    ) {
+        register(call, handler) { reply, out in
+            JSONWriter.write(encodable: reply, into: &out).map {
+                RPCError.internal("could not encode the reply of \(C.method): \($0); please report this bug")
+            }
+        }
+    }
+
+    /// Registers `C` with its handler; the reply writes itself (`JSONWritable`, no intermediate tree).
+    public mutating func on<C: RPCCall>(
+        _ call: C.Type, _ handler: @escaping @Sendable (inout State, C) throws(RPCError) -> C.Reply
+    ) where C.Reply: JSONWritable {
+        register(call, handler) { reply, out in
+            reply.writeJSON(into: &out)
+            return nil
+        }
+    }
+
+    private mutating func register<C: RPCCall>(
+        _ call: C.Type, _ handler: @escaping @Sendable (inout State, C) throws(RPCError) -> C.Reply,
+        write: @escaping @Sendable (C.Reply, inout [UInt8]) -> RPCError?
     ) {
         let fields = C.fields
         let method = C.method
@@ -47,23 +71,22 @@ public struct MethodTable<State>: Sendable {
                 }
             }
         }
-        let entry = Entry(method: method, fields: fields, isMutation: C.isMutation, prepare: { param in
+        let entry = Entry(method: method, result: method.result, fields: fields, isMutation: C.isMutation, prepare: { param in
             let params: C
             switch ParamDecoding.decode(C.self, from: param, fields: fields) {
             case .success(let decoded): params = decoded
             case .failure(let error): return .failure(error)
             }
-            return .success { state in
+            return .success { state, out in
                 do throws(RPCError) {
-                    let reply = try handler(&state, params)
-                    return ParamDecoding.encode(reply, method: method)
+                    return write(try handler(&state, params), &out)
                 } catch {
-                    return .failure(error)
+                    return error
                 }
             }
         }, prepareSilent: silent)
-        precondition(byName[method.description] == nil, "\(method) registered twice")
-        byName[method.description] = entry
+        precondition(byMethod[method] == nil, "\(method) registered twice")
+        byMethod[method] = entry
         entries.append(entry)
     }
 }
@@ -71,7 +94,6 @@ public struct MethodTable<State>: Sendable {
 /// Param decoding with errors a person can act on.
 enum ParamDecoding {
     private static let decoder = JSONValueDecoder()
-    private static let encoder = JSONValueEncoder()
 
     static func decode<C: RPCCall>(_ type: C.Type, from param: JSONValue?, fields: [RPCField]) -> Result<C, RPCError> {
         let value = param ?? .object(JSONObject())
@@ -87,14 +109,6 @@ enum ParamDecoding {
             return .failure(.invalidParams("\(describe(error)) in param of \(C.method); expected \(expected(fields))"))
         } catch {
             return .failure(.invalidParams("bad param for \(C.method): \(error)"))
-        }
-    }
-
-    static func encode<R: Encodable>(_ reply: R, method: RPCMethod) -> Result<JSONValue, RPCError> {
-        do {
-            return .success(try encoder.encode(reply))
-        } catch {
-            return .failure(.internal("could not encode the reply of \(method): \(error); please report this bug"))
         }
     }
 

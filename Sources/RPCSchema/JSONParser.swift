@@ -185,12 +185,13 @@ struct _JSONParserState {
         pos += 1  // [
         skipWhitespace()
         guard pos < end else { throw eof() }
-        var items: [JSONValue] = []
         if ptr[pos] == Byte.closeBracket {
             pos += 1
             depth -= 1
-            return .array(items)
+            return .array([])
         }
+        var items: [JSONValue] = []
+        items.reserveCapacity(4)
         while true {
             items.append(try parseValue())
             skipWhitespace()
@@ -216,12 +217,13 @@ struct _JSONParserState {
         pos += 1  // {
         skipWhitespace()
         guard pos < end else { throw eof() }
-        var object = JSONObject()
         if ptr[pos] == Byte.closeBrace {
             pos += 1
             depth -= 1
-            return .object(object)
+            return .object(JSONObject())
         }
+        var object = JSONObject()
+        object.pairs.reserveCapacity(4)
         // For large objects, an index of key -> position keeps duplicate detection linear.
         var index: [String: Int]? = nil
         while true {

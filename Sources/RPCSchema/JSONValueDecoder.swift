@@ -7,9 +7,7 @@ public struct JSONValueDecoder: Sendable {
     public init() {}
 
     public func decode<T: Decodable>(_ type: T.Type, from value: JSONValue) throws -> T {
-        if T.self == JSONValue.self, let v = value as? T { return v }
-        let d = _JSONValueDecoderImpl(value: value, codingPath: [])
-        return try d.unwrap(T.self)
+        try _JSONValueDecoderImpl.decodeValue(T.self, value, path: [])
     }
 }
 
@@ -27,60 +25,68 @@ enum _JSONDecoding {
         }
     }
 
-    static func mismatch(_ type: Any.Type, expected: String, found v: JSONValue, path: [any CodingKey]) -> DecodingError {
+    static func mismatch(_ type: Any.Type, expected: String, found v: JSONValue, path: @autoclosure () -> [any CodingKey]) -> DecodingError {
         if case .null = v {
-            return .valueNotFound(type, .init(codingPath: path, debugDescription: "expected \(expected), found null"))
+            return .valueNotFound(type, .init(codingPath: path(), debugDescription: "expected \(expected), found null"))
         }
-        return .typeMismatch(type, .init(codingPath: path, debugDescription: "expected \(expected), found \(kind(v))"))
+        return .typeMismatch(type, .init(codingPath: path(), debugDescription: "expected \(expected), found \(kind(v))"))
     }
 
-    static func bool(_ v: JSONValue, path: [any CodingKey]) throws -> Bool {
+    static func bool(_ v: JSONValue, path: @autoclosure () -> [any CodingKey]) throws -> Bool {
         if case .bool(let b) = v { return b }
-        throw mismatch(Bool.self, expected: "a boolean", found: v, path: path)
+        throw mismatch(Bool.self, expected: "a boolean", found: v, path: path())
     }
 
-    static func string(_ v: JSONValue, path: [any CodingKey]) throws -> String {
+    static func string(_ v: JSONValue, path: @autoclosure () -> [any CodingKey]) throws -> String {
         if case .string(let s) = v { return s }
-        throw mismatch(String.self, expected: "a string", found: v, path: path)
+        throw mismatch(String.self, expected: "a string", found: v, path: path())
     }
 
-    static func integer<T: FixedWidthInteger>(_ type: T.Type, _ v: JSONValue, path: [any CodingKey]) throws -> T {
+    static func integer<T: FixedWidthInteger>(_ type: T.Type, _ v: JSONValue, path: @autoclosure () -> [any CodingKey]) throws -> T {
         guard case .number(let text) = v else {
-            throw mismatch(T.self, expected: "an integer", found: v, path: path)
+            throw mismatch(T.self, expected: "an integer", found: v, path: path())
         }
         if let i = T(text) { return i }
         guard JSONNumberText.isIntegerLiteral(text) else {
             throw DecodingError.typeMismatch(
-                T.self, .init(codingPath: path, debugDescription: "expected an integer, found \(text)"))
+                T.self, .init(codingPath: path(), debugDescription: "expected an integer, found \(text)"))
         }
         throw DecodingError.dataCorrupted(
-            .init(codingPath: path, debugDescription: "number \(text) does not fit in \(T.self)"))
+            .init(codingPath: path(), debugDescription: "number \(text) does not fit in \(T.self)"))
     }
 
-    static func double(_ v: JSONValue, path: [any CodingKey]) throws -> Double {
+    static func double(_ v: JSONValue, path: @autoclosure () -> [any CodingKey]) throws -> Double {
         guard case .number(let text) = v else {
-            throw mismatch(Double.self, expected: "a number", found: v, path: path)
+            throw mismatch(Double.self, expected: "a number", found: v, path: path())
         }
         guard let d = Double(text), d.isFinite else {
             throw DecodingError.dataCorrupted(
-                .init(codingPath: path, debugDescription: "number \(text) does not fit in Double"))
+                .init(codingPath: path(), debugDescription: "number \(text) does not fit in Double"))
         }
         return d
     }
 
-    static func float(_ v: JSONValue, path: [any CodingKey]) throws -> Float {
+    static func float(_ v: JSONValue, path: @autoclosure () -> [any CodingKey]) throws -> Float {
         guard case .number(let text) = v else {
-            throw mismatch(Float.self, expected: "a number", found: v, path: path)
+            throw mismatch(Float.self, expected: "a number", found: v, path: path())
         }
         guard let f = Float(text), f.isFinite else {
             throw DecodingError.dataCorrupted(
-                .init(codingPath: path, debugDescription: "number \(text) does not fit in Float"))
+                .init(codingPath: path(), debugDescription: "number \(text) does not fit in Float"))
         }
         return f
     }
 }
 
 // MARK: - Decoder
+
+/// Returns `value` as `T`, which the caller has checked to be `U`'s own type (`T.self == U.self`).
+/// Unlike `as? T`, this needs no `Optional<T>` metadata, which is costly to look up in generic code.
+@inline(__always)
+func _sameType<U, T>(_ value: U, as type: T.Type) -> T {
+    precondition(T.self == U.self)
+    return withUnsafePointer(to: value) { $0.withMemoryRebound(to: T.self, capacity: 1) { $0.pointee } }
+}
 
 final class _JSONValueDecoderImpl: Decoder {
     let value: JSONValue
@@ -92,18 +98,17 @@ final class _JSONValueDecoderImpl: Decoder {
         self.codingPath = codingPath
     }
 
-    /// Decodes `T` from this decoder's value, short-cutting JSONValue and the primitives.
-    func unwrap<T: Decodable>(_ type: T.Type) throws -> T {
-        try _JSONValueDecoderImpl.decodeValue(T.self, value, path: codingPath)
-    }
-
-    static func decodeValue<T: Decodable>(_ type: T.Type, _ v: JSONValue, path: [any CodingKey]) throws -> T {
-        if T.self == JSONValue.self, let r = v as? T { return r }
-        if T.self == String.self, let r = try _JSONDecoding.string(v, path: path) as? T { return r }
-        if T.self == Int.self, let r = try _JSONDecoding.integer(Int.self, v, path: path) as? T { return r }
-        if T.self == Bool.self, let r = try _JSONDecoding.bool(v, path: path) as? T { return r }
-        if T.self == Double.self, let r = try _JSONDecoding.double(v, path: path) as? T { return r }
-        return try T(from: _JSONValueDecoderImpl(value: v, codingPath: path))
+    /// Decodes `T` from `v`, short-cutting JSONValue and the most common primitives.
+    static func decodeValue<T: Decodable>(
+        _ type: T.Type, _ v: JSONValue, path: @autoclosure () -> [any CodingKey]
+    ) throws -> T {
+        // Fast paths for the most common leaf types (skip a nested decoder and container).
+        if T.self == JSONValue.self { return _sameType(v, as: T.self) }
+        if T.self == String.self { return _sameType(try _JSONDecoding.string(v, path: path()), as: T.self) }
+        if T.self == Int.self { return _sameType(try _JSONDecoding.integer(Int.self, v, path: path()), as: T.self) }
+        if T.self == Bool.self { return _sameType(try _JSONDecoding.bool(v, path: path()), as: T.self) }
+        if T.self == Double.self { return _sameType(try _JSONDecoding.double(v, path: path()), as: T.self) }
+        return try T(from: _JSONValueDecoderImpl(value: v, codingPath: path()))
     }
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
@@ -127,7 +132,9 @@ final class _JSONValueDecoderImpl: Decoder {
 
 // MARK: - Keyed
 
-struct _JSONKeyedDecodingContainer<Key: CodingKey>: KeyedDecodingContainerProtocol {
+/// The non-generic state of a keyed container. Keeping every field of the generic container in
+/// one non-generic struct lets the runtime copy and destroy it without generic metadata look-ups.
+struct _JSONKeyedDecodingState {
     let object: JSONObject
     let codingPath: [any CodingKey]
     /// Key -> index of the pair that counts (the last), built only for large objects.
@@ -146,6 +153,26 @@ struct _JSONKeyedDecodingContainer<Key: CodingKey>: KeyedDecodingContainerProtoc
         }
     }
 
+    @inline(__always)
+    func lookup(_ key: String) -> JSONValue? {
+        if let index {
+            guard let i = index[key] else { return nil }
+            return object.pairs[i].value
+        }
+        return object[key]
+    }
+}
+
+struct _JSONKeyedDecodingContainer<Key: CodingKey>: KeyedDecodingContainerProtocol {
+    let state: _JSONKeyedDecodingState
+
+    init(object: JSONObject, codingPath: [any CodingKey]) {
+        state = _JSONKeyedDecodingState(object: object, codingPath: codingPath)
+    }
+
+    var object: JSONObject { state.object }
+    var codingPath: [any CodingKey] { state.codingPath }
+
     var allKeys: [Key] {
         var seen = Set<String>()
         var keys: [Key] = []
@@ -156,13 +183,7 @@ struct _JSONKeyedDecodingContainer<Key: CodingKey>: KeyedDecodingContainerProtoc
     }
 
     @inline(__always)
-    func lookup(_ key: Key) -> JSONValue? {
-        if let index {
-            guard let i = index[key.stringValue] else { return nil }
-            return object.pairs[i].value
-        }
-        return object[key.stringValue]
-    }
+    func lookup(_ key: Key) -> JSONValue? { state.lookup(key.stringValue) }
 
     func contains(_ key: Key) -> Bool { lookup(key) != nil }
 
@@ -312,7 +333,7 @@ struct _JSONUnkeyedDecodingContainer: UnkeyedDecodingContainer {
         return false
     }
 
-    mutating func take<T>(_ type: T.Type, _ f: (JSONValue, [any CodingKey]) throws -> T) throws -> T {
+    mutating func take<T>(_ type: T.Type, _ f: (JSONValue, @autoclosure () -> [any CodingKey]) throws -> T) throws -> T {
         let v = try next(T.self)
         let r = try f(v, currentPath)
         currentIndex += 1
@@ -323,40 +344,40 @@ struct _JSONUnkeyedDecodingContainer: UnkeyedDecodingContainer {
     mutating func decode(_ type: String.Type) throws -> String { try take(String.self, _JSONDecoding.string) }
     mutating func decode(_ type: Double.Type) throws -> Double { try take(Double.self, _JSONDecoding.double) }
     mutating func decode(_ type: Float.Type) throws -> Float { try take(Float.self, _JSONDecoding.float) }
-    mutating func decode(_ type: Int.Type) throws -> Int { try take(Int.self) { try _JSONDecoding.integer(Int.self, $0, path: $1) } }
-    mutating func decode(_ type: Int8.Type) throws -> Int8 { try take(Int8.self) { try _JSONDecoding.integer(Int8.self, $0, path: $1) } }
-    mutating func decode(_ type: Int16.Type) throws -> Int16 { try take(Int16.self) { try _JSONDecoding.integer(Int16.self, $0, path: $1) } }
-    mutating func decode(_ type: Int32.Type) throws -> Int32 { try take(Int32.self) { try _JSONDecoding.integer(Int32.self, $0, path: $1) } }
-    mutating func decode(_ type: Int64.Type) throws -> Int64 { try take(Int64.self) { try _JSONDecoding.integer(Int64.self, $0, path: $1) } }
-    mutating func decode(_ type: UInt.Type) throws -> UInt { try take(UInt.self) { try _JSONDecoding.integer(UInt.self, $0, path: $1) } }
-    mutating func decode(_ type: UInt8.Type) throws -> UInt8 { try take(UInt8.self) { try _JSONDecoding.integer(UInt8.self, $0, path: $1) } }
-    mutating func decode(_ type: UInt16.Type) throws -> UInt16 { try take(UInt16.self) { try _JSONDecoding.integer(UInt16.self, $0, path: $1) } }
-    mutating func decode(_ type: UInt32.Type) throws -> UInt32 { try take(UInt32.self) { try _JSONDecoding.integer(UInt32.self, $0, path: $1) } }
-    mutating func decode(_ type: UInt64.Type) throws -> UInt64 { try take(UInt64.self) { try _JSONDecoding.integer(UInt64.self, $0, path: $1) } }
+    mutating func decode(_ type: Int.Type) throws -> Int { try take(Int.self) { try _JSONDecoding.integer(Int.self, $0, path: $1()) } }
+    mutating func decode(_ type: Int8.Type) throws -> Int8 { try take(Int8.self) { try _JSONDecoding.integer(Int8.self, $0, path: $1()) } }
+    mutating func decode(_ type: Int16.Type) throws -> Int16 { try take(Int16.self) { try _JSONDecoding.integer(Int16.self, $0, path: $1()) } }
+    mutating func decode(_ type: Int32.Type) throws -> Int32 { try take(Int32.self) { try _JSONDecoding.integer(Int32.self, $0, path: $1()) } }
+    mutating func decode(_ type: Int64.Type) throws -> Int64 { try take(Int64.self) { try _JSONDecoding.integer(Int64.self, $0, path: $1()) } }
+    mutating func decode(_ type: UInt.Type) throws -> UInt { try take(UInt.self) { try _JSONDecoding.integer(UInt.self, $0, path: $1()) } }
+    mutating func decode(_ type: UInt8.Type) throws -> UInt8 { try take(UInt8.self) { try _JSONDecoding.integer(UInt8.self, $0, path: $1()) } }
+    mutating func decode(_ type: UInt16.Type) throws -> UInt16 { try take(UInt16.self) { try _JSONDecoding.integer(UInt16.self, $0, path: $1()) } }
+    mutating func decode(_ type: UInt32.Type) throws -> UInt32 { try take(UInt32.self) { try _JSONDecoding.integer(UInt32.self, $0, path: $1()) } }
+    mutating func decode(_ type: UInt64.Type) throws -> UInt64 { try take(UInt64.self) { try _JSONDecoding.integer(UInt64.self, $0, path: $1()) } }
     mutating func decode<T: Decodable>(_ type: T.Type) throws -> T {
-        try take(T.self) { try _JSONValueDecoderImpl.decodeValue(T.self, $0, path: $1) }
+        try take(T.self) { try _JSONValueDecoderImpl.decodeValue(T.self, $0, path: $1()) }
     }
 
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type) throws -> KeyedDecodingContainer<NestedKey> {
         try take(KeyedDecodingContainer<NestedKey>.self) { v, path in
             guard case .object(let o) = v else {
-                throw _JSONDecoding.mismatch(JSONObject.self, expected: "an object", found: v, path: path)
+                throw _JSONDecoding.mismatch(JSONObject.self, expected: "an object", found: v, path: path())
             }
-            return KeyedDecodingContainer(_JSONKeyedDecodingContainer<NestedKey>(object: o, codingPath: path))
+            return KeyedDecodingContainer(_JSONKeyedDecodingContainer<NestedKey>(object: o, codingPath: path()))
         }
     }
 
     mutating func nestedUnkeyedContainer() throws -> any UnkeyedDecodingContainer {
         try take((any UnkeyedDecodingContainer).self) { v, path in
             guard case .array(let items) = v else {
-                throw _JSONDecoding.mismatch([JSONValue].self, expected: "an array", found: v, path: path)
+                throw _JSONDecoding.mismatch([JSONValue].self, expected: "an array", found: v, path: path())
             }
-            return _JSONUnkeyedDecodingContainer(items: items, codingPath: path)
+            return _JSONUnkeyedDecodingContainer(items: items, codingPath: path())
         }
     }
 
     mutating func superDecoder() throws -> any Decoder {
-        try take((any Decoder).self) { v, path in _JSONValueDecoderImpl(value: v, codingPath: path) }
+        try take((any Decoder).self) { v, path in _JSONValueDecoderImpl(value: v, codingPath: path()) }
     }
 }
 

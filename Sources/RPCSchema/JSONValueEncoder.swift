@@ -9,10 +9,7 @@ public struct JSONValueEncoder: Sendable {
     public init() {}
 
     public func encode<T: Encodable>(_ value: T) throws -> JSONValue {
-        if let v = value as? JSONValue { return v }
-        let e = _JSONValueEncoderImpl(codingPath: [])
-        try value.encode(to: e)
-        return e.result()
+        try _JSONEncoding.node(value, path: []).finish()
     }
 }
 
@@ -38,43 +35,52 @@ enum _JSONEncNode {
 }
 
 final class _JSONEncObject {
-    var keys: [String] = []
-    var nodes: [_JSONEncNode] = []
+    var pairs: [(key: String, node: _JSONEncNode)]
+    /// Key -> position, built once the object grows large so that `set` stays O(1).
     var index: [String: Int]? = nil
+
+    init() {
+        pairs = []
+        pairs.reserveCapacity(4)
+    }
 
     /// Sets `key`, replacing an earlier value in place (keeping its position) or appending.
     func set(_ key: String, _ node: _JSONEncNode) {
-        if let i = position(of: key) {
-            nodes[i] = node
-            return
+        if index == nil {
+            for i in pairs.indices where pairs[i].key == key {
+                pairs[i].node = node
+                return
+            }
+            pairs.append((key: key, node: node))
+            if pairs.count > 16 {
+                var idx: [String: Int] = [:]
+                idx.reserveCapacity(pairs.count * 2)
+                for (i, p) in pairs.enumerated() { idx[p.key] = i }
+                index = idx
+            }
+        } else if let i = index?[key] {
+            pairs[i].node = node
+        } else {
+            index?[key] = pairs.count
+            pairs.append((key: key, node: node))
         }
-        if index != nil {
-            index?[key] = keys.count
-        } else if keys.count >= 16 {
-            var idx: [String: Int] = [:]
-            for (i, k) in keys.enumerated() { idx[k] = i }
-            idx[key] = keys.count
-            index = idx
-        }
-        keys.append(key)
-        nodes.append(node)
-    }
-
-    func position(of key: String) -> Int? {
-        if let index { return index[key] }
-        return keys.firstIndex(of: key)
     }
 
     func finish() -> JSONValue {
-        var pairs: [(key: String, value: JSONValue)] = []
-        pairs.reserveCapacity(keys.count)
-        for i in keys.indices { pairs.append((key: keys[i], value: nodes[i].finish())) }
-        return .object(JSONObject(pairs))
+        var out: [(key: String, value: JSONValue)] = []
+        out.reserveCapacity(pairs.count)
+        for p in pairs { out.append((key: p.key, value: p.node.finish())) }
+        return .object(JSONObject(out))
     }
 }
 
 final class _JSONEncArray {
-    var nodes: [_JSONEncNode] = []
+    var nodes: [_JSONEncNode]
+
+    init() {
+        nodes = []
+        nodes.reserveCapacity(4)
+    }
 
     func finish() -> JSONValue {
         .array(nodes.map { $0.finish() })
@@ -82,30 +88,30 @@ final class _JSONEncArray {
 }
 
 enum _JSONEncoding {
-    static func double(_ d: Double, path: [any CodingKey]) throws -> JSONValue {
+    static func double(_ d: Double, path: @autoclosure () -> [any CodingKey]) throws -> JSONValue {
         guard d.isFinite else {
             throw EncodingError.invalidValue(
-                d, .init(codingPath: path, debugDescription: "cannot encode non-finite number \(d)"))
+                d, .init(codingPath: path(), debugDescription: "cannot encode non-finite number \(d)"))
         }
         return .number("\(d)")
     }
 
-    static func float(_ f: Float, path: [any CodingKey]) throws -> JSONValue {
+    static func float(_ f: Float, path: @autoclosure () -> [any CodingKey]) throws -> JSONValue {
         guard f.isFinite else {
             throw EncodingError.invalidValue(
-                f, .init(codingPath: path, debugDescription: "cannot encode non-finite number \(f)"))
+                f, .init(codingPath: path(), debugDescription: "cannot encode non-finite number \(f)"))
         }
         return .number("\(f)")
     }
 
     /// The node for an arbitrary Encodable, with fast paths for JSONValue and common primitives.
-    static func node<T: Encodable>(_ value: T, path: [any CodingKey]) throws -> _JSONEncNode {
-        if T.self == JSONValue.self, let v = value as? JSONValue { return .value(v) }
-        if T.self == String.self, let s = value as? String { return .value(.string(s)) }
-        if T.self == Int.self, let i = value as? Int { return .value(.number(String(i))) }
-        if T.self == Bool.self, let b = value as? Bool { return .value(.bool(b)) }
-        if T.self == Double.self, let d = value as? Double { return .value(try double(d, path: path)) }
-        let e = _JSONValueEncoderImpl(codingPath: path)
+    static func node<T: Encodable>(_ value: T, path: @autoclosure () -> [any CodingKey]) throws -> _JSONEncNode {
+        if T.self == JSONValue.self { return .value(_sameType(value, as: JSONValue.self)) }
+        if T.self == String.self { return .value(.string(_sameType(value, as: String.self))) }
+        if T.self == Int.self { return .value(.number(String(_sameType(value, as: Int.self)))) }
+        if T.self == Bool.self { return .value(.bool(_sameType(value, as: Bool.self))) }
+        if T.self == Double.self { return .value(try double(_sameType(value, as: Double.self), path: path())) }
+        let e = _JSONValueEncoderImpl(codingPath: path())
         try value.encode(to: e)
         return e.storage ?? .value(.object(JSONObject()))
     }
@@ -159,9 +165,21 @@ final class _JSONValueEncoderImpl: Encoder {
 
 // MARK: - Keyed
 
-struct _JSONKeyedEncodingContainer<Key: CodingKey>: KeyedEncodingContainerProtocol {
+/// The non-generic state of a keyed container (see `_JSONKeyedDecodingState`).
+struct _JSONKeyedEncodingState {
     let object: _JSONEncObject
     let codingPath: [any CodingKey]
+}
+
+struct _JSONKeyedEncodingContainer<Key: CodingKey>: KeyedEncodingContainerProtocol {
+    let state: _JSONKeyedEncodingState
+
+    init(object: _JSONEncObject, codingPath: [any CodingKey]) {
+        state = _JSONKeyedEncodingState(object: object, codingPath: codingPath)
+    }
+
+    var object: _JSONEncObject { state.object }
+    var codingPath: [any CodingKey] { state.codingPath }
 
     func put(_ v: JSONValue, _ key: Key) { object.set(key.stringValue, .value(v)) }
 

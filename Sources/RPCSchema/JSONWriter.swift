@@ -40,6 +40,12 @@ public enum JSONWriter {
     /// Appends `s` as a quoted, escaped JSON string.
     public static func writeString(_ s: String, into out: inout [UInt8]) {
         out.append(0x22)
+        appendEscaped(s, into: &out)
+        out.append(0x22)
+    }
+
+    /// Appends the escaped contents of `s`, without quotes.
+    public static func appendEscaped(_ s: String, into out: inout [UInt8]) {
         let done: Void? = s.utf8.withContiguousStorageIfAvailable { buf in
             appendEscaped(buf, into: &out)
         }
@@ -54,7 +60,6 @@ public enum JSONWriter {
                 bytes.withUnsafeBufferPointer { appendEscaped($0, into: &out) }
             }
         }
-        out.append(0x22)
     }
 
     /// Compact JSON text for `value`.

@@ -2,8 +2,8 @@
 ///
 /// The param type names the method and its result, so a typed client call
 /// `try await client.call(GetUser(userId: "u1"))` returns a `User` (JSONRPCKit's `Request`,
-/// isowords' routes). Adding a method to an entity is one such type here, one line in the entity's
-/// `calls` list, and its handler on the server side.
+/// isowords' routes). Adding a method to an entity is one such type here and its handler on the
+/// server side (`MethodTable.on`); the client needs no code for it (README, "Adding a method").
 public protocol RPCCall: Codable, Sendable {
     /// What the success counter-request carries as its param.
     associatedtype Reply: Codable & Sendable

@@ -10,9 +10,13 @@ public struct RPCMethod: Hashable, Sendable, CustomStringConvertible, Codable {
 
     /// Parses the canonical form `entity.method`; nil unless there is exactly one dot with a name on both sides.
     public init?(parsing text: String) {
-        let parts = text.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 2, !parts[0].isEmpty, !parts[1].isEmpty else { return nil }
-        self.init(String(parts[0]), String(parts[1]))
+        // One pass over the UTF-8 bytes (this runs for every request).
+        let utf8 = text.utf8
+        guard let dot = utf8.firstIndex(of: UInt8(ascii: ".")), dot != utf8.startIndex,
+            utf8.index(after: dot) != utf8.endIndex,
+            !utf8[utf8.index(after: dot)...].contains(UInt8(ascii: "."))
+        else { return nil }
+        self.init(String(text[..<dot]), String(text[text.index(after: dot)...]))
     }
 
     /// The error entity's one method: every failed request is answered with it.

@@ -110,12 +110,57 @@ public enum RequestCodec {
 
     /// Appends one line (with its `\n`) calling `method` with `param` in the given form.
     public static func encode(id: String, method: RPCMethod, param: JSONValue?, form: WireForm, into out: inout [UInt8]) {
+        guard let param else {
+            beginLine(id: id, method: method, form: form, into: &out)
+            out.append(contentsOf: "}\n".utf8)
+            return
+        }
+        encode(id: id, method: method, form: form, into: &out) { out in
+            JSONWriter.write(param, into: &out)
+            return nil
+        }
+    }
+
+    /// Appends one line calling `method`, whose param `writeParam` appends as JSON text in place
+    /// (no intermediate value). `writeParam` returns nil, or an error to send instead (the partial
+    /// line is taken back and an `error.error` written in its place).
+    @discardableResult
+    public static func encode(
+        id: String, method: RPCMethod, form: WireForm, into out: inout [UInt8],
+        param writeParam: (inout [UInt8]) -> RPCError?
+    ) -> RPCError? {
+        let mark = out.count
+        beginLine(id: id, method: method, form: form, into: &out)
+        out.append(contentsOf: #","param":"#.utf8)
+        if form == .seed {
+            out.append(UInt8(ascii: "{"))
+            JSONWriter.writeString(method.entity, into: &out)
+            out.append(contentsOf: ":{".utf8)
+            JSONWriter.writeString(method.name, into: &out)
+            out.append(UInt8(ascii: ":"))
+        }
+        if let error = writeParam(&out) {
+            out.removeSubrange(mark...)
+            encodeError(id: id, error, form: form, into: &out)
+            return error
+        }
+        if form == .seed { out.append(contentsOf: "}}".utf8) }
+        out.append(contentsOf: "}\n".utf8)
+        return nil
+    }
+
+    /// `{"id":"…","method":…` (no param, no closing brace).
+    private static func beginLine(id: String, method: RPCMethod, form: WireForm, into out: inout [UInt8]) {
         out.append(contentsOf: #"{"id":"#.utf8)
         JSONWriter.writeString(id, into: &out)
         out.append(contentsOf: #","method":"#.utf8)
         switch form {
         case .canonical:
-            JSONWriter.writeString(method.description, into: &out)
+            out.append(UInt8(ascii: "\""))
+            JSONWriter.appendEscaped(method.entity, into: &out)
+            out.append(UInt8(ascii: "."))
+            JSONWriter.appendEscaped(method.name, into: &out)
+            out.append(UInt8(ascii: "\""))
         case .seed:
             out.append(UInt8(ascii: "{"))
             JSONWriter.writeString(method.entity, into: &out)
@@ -123,22 +168,6 @@ public enum RequestCodec {
             JSONWriter.writeString(method.name, into: &out)
             out.append(contentsOf: "}}".utf8)
         }
-        if let param {
-            out.append(contentsOf: #","param":"#.utf8)
-            switch form {
-            case .canonical:
-                JSONWriter.write(param, into: &out)
-            case .seed:
-                out.append(UInt8(ascii: "{"))
-                JSONWriter.writeString(method.entity, into: &out)
-                out.append(contentsOf: ":{".utf8)
-                JSONWriter.writeString(method.name, into: &out)
-                out.append(UInt8(ascii: ":"))
-                JSONWriter.write(param, into: &out)
-                out.append(contentsOf: "}}".utf8)
-            }
-        }
-        out.append(contentsOf: "}\n".utf8)
     }
 
     public static func encode(_ request: Request, into out: inout [UInt8]) {

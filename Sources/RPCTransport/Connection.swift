@@ -58,6 +58,9 @@ public final class Connection: @unchecked Sendable {
     public var context: AnyObject?
     /// Uptime (in nanoseconds) of the last complete line; for idle timeouts.
     public private(set) var lastLineAt: UInt64
+    /// Bytes read from and sent to the peer (for statistics). Read on the loop queue.
+    public private(set) var bytesIn: UInt64 = 0
+    public private(set) var bytesOut: UInt64 = 0
 
     private let fd: Int32
     private weak var delegate: (any ConnectionDelegate)?
@@ -131,6 +134,7 @@ public final class Connection: @unchecked Sendable {
                 peerFinished()
                 break
             }
+            bytesIn &+= UInt64(n)
             framer.feed(UnsafeRawBufferPointer(rebasing: loop.readBuffer[0..<n])) { frame in
                 guard closeReason == nil, let delegate else { return }
                 lastLineAt = DispatchTime.now().uptimeNanoseconds
@@ -225,7 +229,11 @@ public final class Connection: @unchecked Sendable {
         guard closeReason == nil else { return }
         let result: OutboundBuffer.FlushResult
         do {
-            result = try outbound.flush { bytes throws(Errno) in try Syscall.send(fd, bytes) }
+            result = try outbound.flush { bytes throws(Errno) in
+                let sent = try Syscall.send(fd, bytes)
+                if case .processed(let n) = sent { bytesOut &+= UInt64(n) }
+                return sent
+            }
         } catch {
             let reset = error.code == EPIPE || error.code == ECONNRESET
             close(.error(reset ? "peer closed before reading its replies" : "\(error)"))

@@ -7,10 +7,13 @@ import Dispatch
 public final class EventLoop: @unchecked Sendable {
     // @unchecked: `readBuffer` is only used on `queue`, which is serial.
     public let queue: DispatchQueue
+    /// Its place in its group (0 for a loop on its own).
+    public let index: Int
     let readBuffer: UnsafeMutableRawBufferPointer
 
-    public init(label: String, readBufferBytes: Int = 64 * 1024) {
+    public init(label: String, index: Int = 0, readBufferBytes: Int = 64 * 1024) {
         queue = DispatchQueue(label: label)
+        self.index = index
         readBuffer = .allocate(byteCount: readBufferBytes, alignment: 16)
     }
 
@@ -26,7 +29,7 @@ public final class EventLoopGroup: @unchecked Sendable {
     private var next = 0
 
     public init(count: Int, label: String = "rpcd.loop") {
-        loops = (0..<max(1, count)).map { EventLoop(label: "\(label).\($0)") }
+        loops = (0..<max(1, count)).map { EventLoop(label: "\(label).\($0)", index: $0) }
     }
 
     public func nextLoop() -> EventLoop {

@@ -17,6 +17,8 @@ public final class Listener: @unchecked Sendable {
     private var spareFD: Int32 = -1
     private var isClosed = false
     private var pausedSource: (any DispatchSourceRead)?
+    /// Connections shed for want of fds (for the log).
+    private var shed = 0
     private let onAccept: @Sendable (Int32, SocketAddress?) -> Void
     private let onError: @Sendable (String) -> Void
 
@@ -69,6 +71,8 @@ public final class Listener: @unchecked Sendable {
             self.source = source
             source.resume()
         }
+        // libdispatch opens its timer fd on first use; make that happen now, not when out of fds.
+        queue.asyncAfter(deadline: .now() + .milliseconds(1)) {}
     }
 
     /// Stops accepting and closes the socket (in the source's cancel handler).
@@ -94,8 +98,10 @@ public final class Listener: @unchecked Sendable {
                 guard case .processed(let (client, peer)) = try Syscall.accept(fd) else { return }
                 onAccept(client, peer)
             } catch let error where error.code == EMFILE || error.code == ENFILE {
-                shedOne(error)
-                return
+                guard shedOne(error) else {
+                    pause()
+                    return
+                }
             } catch let error where error.code == ECONNABORTED || error.code == EPROTO {
                 continue
             } catch {
@@ -106,17 +112,20 @@ public final class Listener: @unchecked Sendable {
         }
     }
 
-    /// Out of fds: accept with the spare fd's slot and close at once, so the peer sees a close
-    /// instead of hanging in the backlog and the listener stops being readable.
-    private func shedOne(_ error: Errno) {
-        onError("out of file descriptors (\(error)); shedding a connection on \(address); raise LimitNOFILE or lower max_connections")
-        if spareFD >= 0 {
-            Syscall.close(spareFD)
-            spareFD = -1
-            if case .processed(let (client, _))? = try? Syscall.accept(fd) { Syscall.close(client) }
-            spareFD = Self.openSpare()
+    /// Out of fds: gives up the spare fd to accept one pending connection and close it at once, so
+    /// the peer sees a close instead of hanging in the backlog, and the listener stops being
+    /// readable (libuv's EMFILE trick). False if there is no spare to give up.
+    private func shedOne(_ error: Errno) -> Bool {
+        guard spareFD >= 0 else { return false }
+        Syscall.close(spareFD)
+        spareFD = -1
+        if case .processed(let (client, _))? = try? Syscall.accept(fd) { Syscall.close(client) }
+        spareFD = Self.openSpare()
+        shed += 1
+        if shed == 1 || shed.isMultiple(of: 1000) {
+            onError("out of file descriptors (\(error)); shed \(shed) connection(s) on \(address) so far; raise LimitNOFILE or lower max_connections")
         }
-        pause()
+        return true
     }
 
     /// Stops accepting for a moment (back off rather than spin on a readable listener).
@@ -125,6 +134,7 @@ public final class Listener: @unchecked Sendable {
         source.suspend()
         pausedSource = source
         // Resumed even if closed meanwhile: a cancelled source must be resumed to be released.
+        // (The timer fd behind asyncAfter exists already: `start` made it while fds were free.)
         queue.asyncAfter(deadline: .now() + .milliseconds(100)) { [self] in
             pausedSource?.resume()
             pausedSource = nil

@@ -144,6 +144,23 @@ public enum Syscall {
         return address
     }
 
+    /// Raises the soft open-file limit to the hard one (every connection is an fd); returns the new limit.
+    @discardableResult
+    public static func raiseFileLimit() -> UInt64 {
+        var limit = rlimit()
+        #if canImport(Glibc)
+        let resource = Int32(RLIMIT_NOFILE.rawValue)
+        #else
+        let resource = RLIMIT_NOFILE
+        #endif
+        guard getrlimit(resource, &limit) == 0 else { return 0 }
+        if limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max
+            _ = setrlimit(resource, &limit)
+        }
+        return UInt64(limit.rlim_cur)
+    }
+
     /// Ignores SIGPIPE process-wide: a write to a closed peer is an EPIPE, not a death.
     public static func ignoreSIGPIPE() {
         _ = signal(SIGPIPE, SIG_IGN)

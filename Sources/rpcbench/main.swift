@@ -1,1 +1,243 @@
-print("rpcbench: not built yet")
+// rpcbench: loads rpcd the way its users do and reports throughput, latency, memory and recovery.
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+signal(SIGPIPE, SIG_IGN)
+
+let options: Options
+do {
+    options = try Options.parse(Array(CommandLine.arguments.dropFirst()))
+} catch {
+    if error.message == Options.usage {
+        print(Options.usage)
+        exit(0)
+    }
+    FileHandle.standardError.write(Data("rpcbench: \(error.message)\n".utf8))
+    exit(2)
+}
+
+func fail(_ message: String) -> Never {
+    FileHandle.standardError.write(Data("rpcbench: \(message)\n".utf8))
+    exit(2)
+}
+
+func freshDataDir() -> String {
+    let path = NSTemporaryDirectory() + "rpcbench-\(getpid())-\(UUID().uuidString.prefix(8))"
+    try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    return path
+}
+
+func spawnArguments() -> [String] {
+    options.fsync.map { ["--fsync", $0] } ?? []
+}
+
+/// Raises this process's open-file limit to its hard limit (idle runs open thousands of sockets).
+func raiseFileLimit() {
+    var limit = rlimit()
+    getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+    limit.rlim_cur = limit.rlim_max
+    setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+}
+
+/// Sends `lines` on one connection (pipelined) and waits for as many replies; returns the error replies.
+func pipeline(host: String, port: Int, lines: [[UInt8]]) throws -> Int {
+    let fd = try openConnection(host: host, port: port)
+    defer { close(fd) }
+    _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
+    var errors = 0
+    var received = 0
+    var pendingTail: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 256 * 1024)
+    let batch = 2000
+    var sent = 0
+    while received < lines.count {
+        if sent < lines.count && sent - received < batch {
+            let chunk = lines[sent..<min(lines.count, sent + batch)].flatMap { $0 }
+            var offset = 0
+            while offset < chunk.count {
+                let n = chunk.withUnsafeBytes { send(fd, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL)) }
+                guard n > 0 else { throw UsageError("send failed while preloading") }
+                offset += n
+            }
+            sent = min(lines.count, sent + batch)
+        }
+        let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        guard n > 0 else { throw UsageError("daemon closed the connection while preloading") }
+        pendingTail += buffer[0..<n]
+        while let newline = pendingTail.firstIndex(of: 0x0A) {
+            let line = pendingTail[..<newline]
+            if line.count > 30 && String(decoding: line, as: UTF8.self).contains(#""method":"error.error""#) { errors += 1 }
+            pendingTail.removeSubrange(...newline)
+            received += 1
+        }
+    }
+    return errors
+}
+
+func createUsersLines(_ count: Int, prefix: String) -> [[UInt8]] {
+    (0..<count).map { i in
+        Array((#"{"id":"p\#(i)","method":"user.createUser","param":{"id":"\#(prefix)\#(i)","name":"Bench","email":"bench@example.com"}}"# + "\n").utf8)
+    }
+}
+
+func run() throws -> Never {
+    if let count = options.inProcess { runInProcess(count: count, options: options) }
+    // MARK: - Idle connections
+
+    if let idle = options.idle, let binary = options.spawn {
+        raiseFileLimit()
+        let daemon = try SpawnedDaemon(binary: binary, dataDir: freshDataDir(), extraArguments: spawnArguments())
+        defer { daemon.kill() }
+        Thread.sleep(forTimeInterval: 0.5)
+        let before = daemon.rssKiB()
+        var fds: [Int32] = []
+        for _ in 0..<idle {
+            do { fds.append(try openConnection(host: "127.0.0.1", port: daemon.port)) } catch { fail("after \(fds.count) connections: \(error)") }
+        }
+        // Make sure the daemon accepted them all: one round trip on a fresh connection after them.
+        _ = try pipeline(host: "127.0.0.1", port: daemon.port, lines: [Array((#"{"id":"x","method":"user.listUsers","param":{"limit":1}}"# + "\n").utf8)])
+        Thread.sleep(forTimeInterval: 1)
+        let after = daemon.rssKiB()
+        let perConnection = Double(after - before) * 1024 / Double(idle)
+        print("idle connections   \(idle)")
+        print("daemon RSS before  \(before) KiB")
+        print("daemon RSS after   \(after) KiB")
+        print("per connection     \(String(format: "%.0f", perConnection)) bytes (\(String(format: "%.2f", perConnection / 1024)) KiB)")
+        print("RESULT idle=\(idle) rss_before_kib=\(before) rss_after_kib=\(after) bytes_per_conn=\(Int(perConnection)) errors=0")
+        for fd in fds { close(fd) }
+        exit(0)
+    }
+
+    // MARK: - Recovery
+
+    if let mutations = options.recovery, let binary = options.spawn {
+        let dataDir = freshDataDir()
+        let writer = try SpawnedDaemon(binary: binary, dataDir: dataDir, extraArguments: options.fsync.map { ["--fsync", $0] } ?? ["--fsync", "none"])
+        let started = Date()
+        let errors = try pipeline(host: "127.0.0.1", port: writer.port, lines: createUsersLines(mutations, prefix: "r"))
+        let writeSeconds = Date().timeIntervalSince(started)
+        writer.stop()
+        let journalBytes = (try? FileManager.default.subpathsOfDirectory(atPath: dataDir))?.reduce(0) { total, name in
+            total + ((try? FileManager.default.attributesOfItem(atPath: dataDir + "/" + name)[.size] as? Int) ?? 0)
+        } ?? 0
+        let restarted = try SpawnedDaemon(binary: binary, dataDir: dataDir, extraArguments: [])
+        let seconds = restarted.startSeconds
+        let check = try pipeline(host: "127.0.0.1", port: restarted.port, lines: [Array((#"{"id":"x","method":"user.getUser","param":{"userId":"r\#(mutations - 1)"}}"# + "\n").utf8)])
+        restarted.kill()
+        try? FileManager.default.removeItem(atPath: dataDir)
+        print("mutations written  \(mutations) in \(String(format: "%.2f", writeSeconds)) s (\(errors) errors)")
+        print("data dir size      \(journalBytes / 1024) KiB")
+        print("restart until listening: \(String(format: "%.3f", seconds)) s")
+        print("last record present after restart: \(check == 0 ? "yes" : "NO")")
+        print("RESULT recovery=\(mutations) restart_ms=\(Int(seconds * 1000)) errors=\(errors + check)")
+        exit(errors + check == 0 ? 0 : 1)
+    }
+
+    // MARK: - Load
+
+    var daemon: SpawnedDaemon?
+    var host = "127.0.0.1"
+    var port = 0
+    if let binary = options.spawn {
+        daemon = try SpawnedDaemon(binary: binary, dataDir: freshDataDir(), extraArguments: spawnArguments())
+        port = daemon!.port
+    } else if let connect = options.connect {
+        guard let colon = connect.lastIndex(of: ":"), let p = Int(connect[connect.index(after: colon)...]) else {
+            fail("--connect '\(connect)' is not HOST:PORT")
+        }
+        host = String(connect[..<colon])
+        if host == "localhost" { host = "127.0.0.1" }
+        port = p
+    }
+    defer { daemon?.kill() }
+
+    if options.workload != .create {
+        // Existing users for getUser; conflicts from an earlier run against the same daemon are fine.
+        _ = try pipeline(host: host, port: port, lines: createUsersLines(options.users, prefix: "bench-u"))
+    }
+
+    raiseFileLimit()
+    let runTag = String(UUID().uuidString.prefix(8))
+    let factory = RequestFactory(workload: options.workload, users: options.users, runTag: runTag)
+    var connections: [LoadConnection] = []
+    for index in 0..<options.conns {
+        do { connections.append(LoadConnection(fd: try openConnection(host: host, port: port), index: index)) } catch { fail("\(error)") }
+    }
+
+    let start = nowNanoseconds()
+    let measureFrom = start + UInt64(options.warmup * 1e9)
+    let stopAt = measureFrom + UInt64(options.duration * 1e9)
+    let threadCount = max(1, min(options.threads, options.conns))
+    let threads = (0..<threadCount).map { t in
+        LoadThread(
+            connections: connections.enumerated().filter { $0.offset % threadCount == t }.map(\.element),
+            factory: factory, depth: options.depth, measureFrom: measureFrom, stopAt: stopAt)
+    }
+
+    var usageBefore = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usageBefore)
+    let daemonCPUBefore = daemon?.cpuSeconds() ?? 0
+    let group = DispatchGroup()
+    for thread in threads.dropFirst() {
+        let box = UncheckedBox(thread)
+        group.enter()
+        Thread.detachNewThread {
+            box.value.run()
+            group.leave()
+        }
+    }
+    threads[0].run()
+    group.wait()
+    var usageAfter = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usageAfter)
+    let daemonCPU = (daemon?.cpuSeconds() ?? 0) - daemonCPUBefore
+    let elapsed = Double(nowNanoseconds() - start) / 1e9
+
+    var total = LoadResult()
+    for thread in threads {
+        total.histogram.merge(thread.result.histogram)
+        total.completed += thread.result.completed
+        total.errors += thread.result.errors
+        total.mismatches += thread.result.mismatches
+        total.firstError = total.firstError ?? thread.result.firstError
+    }
+    for connection in connections { close(connection.fd) }
+
+    func seconds(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
+    let benchCPU = seconds(usageAfter.ru_utime) - seconds(usageBefore.ru_utime) + seconds(usageAfter.ru_stime) - seconds(usageBefore.ru_stime)
+    let rps = Int(Double(total.completed) / options.duration)
+    let errors = total.errors + total.mismatches
+
+    print("workload    \(options.workload.rawValue)\(options.fsync.map { " (fsync \($0))" } ?? "")")
+    print("conns       \(options.conns) x depth \(options.depth), \(threadCount) load thread(s)")
+    print("measured    \(String(format: "%.1f", options.duration)) s after \(String(format: "%.1f", options.warmup)) s warmup")
+    print("requests/s  \(rps)")
+    print("latency µs  p50 \(total.histogram.percentile(0.5))  p99 \(total.histogram.percentile(0.99))  p99.9 \(total.histogram.percentile(0.999))")
+    print("errors      \(total.errors) error replies, \(total.mismatches) id mismatches")
+    print("bench CPU   \(String(format: "%.0f", benchCPU / elapsed * 100))% of one core (\(String(format: "%.2f", benchCPU)) s over \(String(format: "%.2f", elapsed)) s)")
+    if daemon != nil {
+        print("daemon CPU  \(String(format: "%.0f", daemonCPU / elapsed * 100))% of one core; RSS \(daemon!.rssKiB()) KiB")
+    }
+    if let first = total.firstError { print("first error \(first)") }
+    print("RESULT workload=\(options.workload.rawValue) conns=\(options.conns) depth=\(options.depth) rps=\(rps) p50_us=\(total.histogram.percentile(0.5)) p99_us=\(total.histogram.percentile(0.99)) p999_us=\(total.histogram.percentile(0.999)) errors=\(errors)")
+    daemon?.kill()
+    exit(errors == 0 ? 0 : 1)
+
+}
+
+do {
+    try run()
+} catch let error as UsageError {
+    fail(error.message)
+} catch {
+    fail("\(error)")
+}
+
+/// Hands a non-Sendable value to one other thread that alone uses it until `group.wait()`.
+final class UncheckedBox<T>: @unchecked Sendable {
+    // @unchecked: the value is used by exactly one thread at a time (handed over, then joined).
+    let value: T
+    init(_ value: T) { self.value = value }
+}

@@ -140,7 +140,7 @@ final class DaemonProcess {
     private func statusField(_ name: String) -> Int? {
         guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
         for line in text.split(separator: "\n") where line.hasPrefix(name + ":") {
-            let digits = line.dropFirst(name.count + 1).split(separator: " ").first
+            let digits = line.dropFirst(name.count + 1).split(whereSeparator: { $0 == " " || $0 == "\t" }).first
             return digits.flatMap { Int($0) }
         }
         return nil
@@ -168,9 +168,10 @@ final class DaemonProcess {
 func withDaemon<R>(
     listen: [String] = ["127.0.0.1:0"],
     extraArguments: [String] = [],
+    environment: [String: String] = [:],
     _ body: (DaemonProcess) throws -> R
 ) throws -> R {
-    let daemon = try DaemonProcess(listen: listen, extraArguments: extraArguments)
+    let daemon = try DaemonProcess(listen: listen, extraArguments: extraArguments, environment: environment)
     defer { daemon.stop() }
     let result: R
     do {

@@ -1,1 +1,0 @@
-// The client arrives with issue 5.

@@ -1,0 +1,102 @@
+import RPCSchema
+
+/// Why a client call failed. Every error says which call (method and id) when one is known.
+///
+/// `.server` is the daemon's own answer (an `error.error` counter-request); the other cases are
+/// the client's: the connection, the clock, or a reply it could not read.
+public enum RPCClientError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The daemon answered the call with `error.error`.
+    case server(code: RPCErrorCode, errorMessage: String, method: RPCMethod, id: String)
+    /// No connection could be made (refused, unreachable, connect timeout, unparsable address).
+    case connectFailed(address: String, reason: String)
+    /// The connection closed before the reply came (daemon gone, reset, or the client was closed).
+    case connectionClosed(address: String, method: RPCMethod?, id: String?, reason: String)
+    /// No reply within the call's timeout.
+    case timedOut(method: RPCMethod, id: String, after: Duration)
+    /// The call could not be sent: its param did not encode, or its id was already in flight.
+    case invalidCall(method: RPCMethod, reason: String)
+    /// The reply did not decode as the call's `Reply` type.
+    case badReply(method: RPCMethod, id: String, reason: String)
+    /// The task awaiting the call was cancelled.
+    case cancelled(method: RPCMethod, id: String)
+    /// A test double (`RPCService.unimplemented`) was called for a method it does not override.
+    case unimplemented(method: RPCMethod)
+
+    /// The daemon's error code, for `.server` only.
+    public var code: RPCErrorCode? {
+        if case .server(let code, _, _, _) = self { return code }
+        return nil
+    }
+
+    /// The daemon's message for `.server`; for the others, the same one line as `description`.
+    public var errorMessage: String {
+        if case .server(_, let message, _, _) = self { return message }
+        return description
+    }
+
+    /// The method of the failed call, when the error belongs to one.
+    public var method: RPCMethod? {
+        switch self {
+        case .server(_, _, let method, _), .timedOut(let method, _, _), .invalidCall(let method, _),
+            .badReply(let method, _, _), .cancelled(let method, _), .unimplemented(let method):
+            return method
+        case .connectionClosed(_, let method, _, _): return method
+        case .connectFailed: return nil
+        }
+    }
+
+    /// The id the call was sent with, when it got that far.
+    public var id: String? {
+        switch self {
+        case .server(_, _, _, let id), .timedOut(_, let id, _), .badReply(_, let id, _), .cancelled(_, let id):
+            return id
+        case .connectionClosed(_, _, let id, _): return id
+        case .connectFailed, .invalidCall, .unimplemented: return nil
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .server(let code, let message, let method, let id):
+            return "\(method) (id \(id)) failed with \(code): \(message)"
+        case .connectFailed(let address, let reason):
+            return "could not connect to \(address): \(reason)"
+        case .connectionClosed(let address, let method?, let id?, let reason):
+            return "connection to \(address) closed before the reply to \(method) (id \(id)) arrived: \(reason)"
+        case .connectionClosed(let address, _, _, let reason):
+            return "connection to \(address) is closed: \(reason)"
+        case .timedOut(let method, let id, let after):
+            return "\(method) (id \(id)) got no reply within \(after.secondsText) s"
+        case .invalidCall(let method, let reason):
+            return "\(method) was not sent: \(reason)"
+        case .badReply(let method, let id, let reason):
+            return "the reply to \(method) (id \(id)) could not be read: \(reason)"
+        case .cancelled(let method, let id):
+            return "\(method) (id \(id)) was cancelled"
+        case .unimplemented(let method):
+            return "\(method) is not implemented by this RPCService; override it with .override(\(method.typeHint).self) { … }"
+        }
+    }
+}
+
+extension Duration {
+    var seconds: Double {
+        Double(components.seconds) + Double(components.attoseconds) / 1e18
+    }
+
+    var secondsText: String {
+        let s = seconds
+        return s == s.rounded() ? String(Int(s)) : String(s)
+    }
+
+    /// For Dispatch deadlines: whole nanoseconds, clamped to 0...Int.max.
+    var nanoseconds: Int {
+        let nanos = seconds * 1e9
+        return nanos >= Double(Int.max) ? .max : Int(max(0, nanos))
+    }
+}
+
+extension RPCMethod {
+    /// `user.getUser` -> `GetUser`, for messages.
+    var typeHint: String { name.prefix(1).uppercased() + name.dropFirst() }
+}

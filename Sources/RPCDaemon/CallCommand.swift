@@ -1,0 +1,151 @@
+import Dispatch
+import Foundation
+import RPCClient
+import RPCSchema
+import RPCTransport
+
+/// `rpcd call [--timeout S] HOST:PORT METHOD [PARAM-JSON]`: sends one request in canonical form
+/// through `RPCClient`, prints the counter-request as one JSON line on stdout, and exits 0 for a
+/// `…Result`, 1 for `error.error`, 2 for a usage error, a connection error or an expired timeout
+/// (with one line on stderr).
+enum CallCommand {
+    static let usage = "usage: rpcd call [--timeout S] HOST:PORT METHOD [PARAM-JSON | -]"
+
+    static let help = """
+        \(usage)
+
+        Sends one request to rpcd and prints the counter-request that answers it as one JSON line.
+          HOST:PORT     the daemon, e.g. 127.0.0.1:7878
+          METHOD        entity.method, e.g. user.getUser
+          PARAM-JSON    the param object (default {}); - reads it from stdin
+          --timeout S   seconds to wait for the connection and the reply together (default \(Int(defaultTimeout)))
+        Exit status: 0 result, 1 error.error, 2 usage error, connection error or timeout.
+
+        Example:
+          rpcd call 127.0.0.1:7878 user.getUser '{"userId":"u1"}'
+        """
+
+    static let defaultTimeout = 30.0
+
+    struct Invocation {
+        var address: String
+        var method: RPCMethod
+        var param: JSONValue
+        var timeout: Double
+    }
+
+    @Sendable static func run(_ arguments: [String]) -> Int32 {
+        if arguments.contains("--help") || arguments.contains("-h") {
+            print(help)
+            return 0
+        }
+        let invocation: Invocation
+        do {
+            invocation = try parse(arguments, stdin: { FileHandle.standardInput.readDataToEndOfFile() })
+        } catch {
+            LogSink.stderr.write("rpcd call: \(error.message)\n")
+            return 2
+        }
+        switch blocking({ await perform(invocation) }) {
+        case .success(let reply):
+            var line: [UInt8] = []
+            RequestCodec.encode(reply, into: &line)
+            FileHandle.standardOutput.write(Data(line))
+            return reply.method == .error ? 1 : 0
+        case .failure(let error):
+            LogSink.stderr.write("rpcd call: \(error)\n")
+            return 2
+        }
+    }
+
+    static func parse(_ arguments: [String], stdin: () -> Data) throws(UsageError) -> Invocation {
+        var positional: [String] = []
+        var timeout = defaultTimeout
+        var rest = arguments[...]
+        while let argument = rest.popFirst() {
+            if argument == "--timeout" || argument.hasPrefix("--timeout=") {
+                let text: String
+                if argument == "--timeout" {
+                    guard let next = rest.popFirst() else { throw UsageError("--timeout needs a number of seconds; \(usage)") }
+                    text = next
+                } else {
+                    text = String(argument.dropFirst("--timeout=".count))
+                }
+                guard let seconds = Double(text), seconds > 0, seconds.isFinite else {
+                    throw UsageError("--timeout '\(text)' is not a positive number of seconds")
+                }
+                timeout = seconds
+            } else if argument.hasPrefix("-") && argument != "-" && positional.count < 2 {
+                throw UsageError("unknown option '\(argument)' for call; \(usage)")
+            } else {
+                positional.append(argument)
+            }
+        }
+        guard positional.count >= 2 else { throw UsageError("call needs HOST:PORT and METHOD; \(usage)") }
+        guard positional.count <= 3 else {
+            throw UsageError("too many arguments (\(positional.count)); quote the param as one argument: \(usage)")
+        }
+        let address = positional[0]
+        guard SocketAddress(parsing: address) != nil else {
+            throw UsageError("'\(address)' is not HOST:PORT with an IP address or localhost, e.g. 127.0.0.1:7878")
+        }
+        guard let method = RPCMethod(parsing: positional[1]) else {
+            throw UsageError("method '\(positional[1])' is not of the form entity.method, e.g. user.getUser")
+        }
+        var paramBytes = Array("{}".utf8)
+        var source = "PARAM-JSON"
+        if positional.count == 3 {
+            if positional[2] == "-" {
+                paramBytes = Array(stdin())
+                source = "the param read from stdin"
+            } else {
+                paramBytes = Array(positional[2].utf8)
+            }
+        }
+        let param: JSONValue
+        do {
+            param = try JSONParser.parse(paramBytes)
+        } catch {
+            throw UsageError("\(source) is not valid JSON (\(error)); give an object like '{\"userId\":\"u1\"}'")
+        }
+        return Invocation(address: address, method: method, param: param, timeout: timeout)
+    }
+
+    /// Connects and calls within one deadline.
+    static func perform(_ invocation: Invocation) async -> Result<Request, RPCClientError> {
+        let timeout = Duration.nanoseconds(Int64(invocation.timeout * 1e9))
+        let deadline = ContinuousClock.now + timeout
+        do {
+            let options = RPCClientOptions(defaultTimeout: timeout, connectTimeout: timeout)
+            let client = try await RPCClient.connect(to: invocation.address, options: options)
+            defer { client.close() }
+            let remaining = max(deadline - ContinuousClock.now, .milliseconds(1))
+            return .success(try await client.send(invocation.method, param: invocation.param, timeout: remaining))
+        } catch RPCClientError.timedOut(let method, let id, _) {
+            return .failure(.timedOut(method: method, id: id, after: timeout))  // the whole --timeout, not what was left of it
+        } catch let error as RPCClientError {
+            return .failure(error)
+        } catch {
+            return .failure(.connectFailed(address: invocation.address, reason: "\(error)"))
+        }
+    }
+
+    /// Runs `body` on the concurrency pool and blocks this (non-pool) thread until it is done.
+    private static func blocking<T: Sendable>(_ body: @escaping @Sendable () async -> T) -> T {
+        let box = ResultBox<T>()
+        Task {
+            box.value = await body()
+            box.done.signal()
+        }
+        box.done.wait()
+        guard let value = box.value else { preconditionFailure("task finished without a value") }
+        return value
+    }
+}
+
+/// Carries a task's result to the thread waiting for it.
+private final class ResultBox<T>: @unchecked Sendable {
+    // @unchecked: `value` is written once before `done.signal()` and read only after `done.wait()`.
+    var value: T?
+    let done = DispatchSemaphore(value: 0)
+}

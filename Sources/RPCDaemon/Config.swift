@@ -1,0 +1,215 @@
+import Foundation
+import RPCTransport
+
+/// The settings of `rpcd serve` from a file, layered: flags > file > built-in defaults.
+///
+/// Which file: `--config FILE`, else `$RPCD_CONFIG`, else `/etc/rpcd/rpcd.conf` if it exists,
+/// else none. Every problem is reported as `FILE:LINE: message`.
+public enum Config {
+    public static let systemPath = "/etc/rpcd/rpcd.conf"
+
+    /// The keys a file may set, in the order `check-config` prints them.
+    public static let keys = [
+        "listen", "data_dir", "fsync", "max_frame_bytes", "max_output_bytes", "max_connections", "idle_timeout",
+        "log_level",
+    ]
+    /// Keys that may appear more than once (each adds a value).
+    static let repeatable: Set<String> = ["listen"]
+
+    /// Problems found in a file, one `FILE:LINE: message` each.
+    public struct Problems: Error, Sendable, CustomStringConvertible {
+        public var lines: [String]
+        public var description: String { lines.joined(separator: "\n") }
+    }
+
+    /// The file `serve` reads when given `options` (from flags) and `environment`; nil for none.
+    /// A file named by `--config` or `$RPCD_CONFIG` must exist; the system one is optional.
+    static func path(for options: ServeOptions, environment: [String: String]) -> (path: String, required: Bool)? {
+        if let path = options.configPath { return (path, true) }
+        if let path = environment["RPCD_CONFIG"], !path.isEmpty { return (path, true) }
+        return FileManager.default.fileExists(atPath: systemPath) ? (systemPath, false) : nil
+    }
+
+    /// The effective settings: defaults, then the file (if any), then the keys set by flags.
+    public static func effective(
+        _ flags: ServeOptions, environment: [String: String] = ProcessInfo.processInfo.environment
+    ) throws(Problems) -> ServeOptions {
+        guard let (path, _) = path(for: flags, environment: environment) else { return flags }
+        var options = try load(path: path)
+        merge(flags, into: &options)
+        return options
+    }
+
+    /// Reads and checks a file on top of the built-in defaults.
+    public static func load(path: String) throws(Problems) -> ServeOptions {
+        let text: String
+        do {
+            text = try String(contentsOfFile: path, encoding: .utf8)
+        } catch {
+            throw Problems(lines: ["\(path): cannot read the settings file: \(Self.reason(error))"])
+        }
+        return try parse(ConfigFile(path: path, text: text))
+    }
+
+    /// Applies a parsed file to the built-in defaults; collects every problem, not just the first.
+    static func parse(_ file: ConfigFile) throws(Problems) -> ServeOptions {
+        var options = ServeOptions()
+        var problems = file.problems
+        var firstSeen: [String: Int] = [:]
+        var fileListen: [String] = []
+        for entry in file.entries {
+            func problem(_ message: String) {
+                problems.append(ConfigFile.Problem(file: file.path, line: entry.line, message: message))
+            }
+            guard keys.contains(entry.key) else {
+                let hint = closestKey(to: entry.key).map { "; did you mean \"\($0)\"?" } ?? ""
+                problem("unknown key \"\(entry.key)\"\(hint) (keys: \(keys.joined(separator: ", ")))")
+                continue
+            }
+            if let first = firstSeen[entry.key], !repeatable.contains(entry.key) {
+                problem("\(entry.key) is set twice (first on line \(first)); keep one")
+                continue
+            }
+            firstSeen[entry.key] = firstSeen[entry.key] ?? entry.line
+            if entry.key == "listen" {
+                if let message = ConfigValue.checkAddress(entry.value) { problem(message) } else { fileListen.append(entry.value) }
+                continue
+            }
+            if let message = apply(entry.key, entry.value, to: &options) { problem(message) }
+        }
+        if !fileListen.isEmpty { options.listen = fileListen }
+        guard problems.isEmpty else { throw Problems(lines: problems.sorted { $0.line < $1.line }.map(\.description)) }
+        return options
+    }
+
+    /// Sets one non-listen key; returns a message when the value is bad.
+    private static func apply(_ key: String, _ value: String, to options: inout ServeOptions) -> String? {
+        switch key {
+        case "data_dir":
+            guard !value.isEmpty else { return "data_dir is empty; give a directory, e.g. /var/lib/rpcd" }
+            options.dataDir = value
+        case "fsync":
+            guard let policy = FsyncPolicy(rawValue: value) else { return "fsync \"\(value)\" is not one of always, everysec, none" }
+            options.fsync = policy
+        case "max_frame_bytes", "max_output_bytes":
+            guard let bytes = ConfigValue.bytes(value), bytes > 0 else {
+                return "\(key) \"\(value)\" is not a positive number of bytes (e.g. 1048576 or 1MiB)"
+            }
+            if key == "max_frame_bytes" { options.maxFrameBytes = bytes } else { options.maxOutputBytes = bytes }
+        case "max_connections":
+            guard let n = Int(value), n >= 0 else { return "max_connections \"\(value)\" is not a whole number (0 = no limit)" }
+            options.maxConnections = n
+        case "idle_timeout":
+            guard let seconds = ConfigValue.seconds(value) else {
+                return "idle_timeout \"\(value)\" is not a duration like 300, 30s, 5m or 0 (never)"
+            }
+            options.idleTimeout = seconds
+        case "log_level":
+            guard let level = LogLevel(name: value) else { return "log_level \"\(value)\" is not one of debug, info, warning, error" }
+            options.logLevel = level
+        default:
+            return "unknown key \"\(key)\""
+        }
+        return nil
+    }
+
+    /// Copies every key set by a flag from `flags` over `options`.
+    static func merge(_ flags: ServeOptions, into options: inout ServeOptions) {
+        for key in flags.setByFlags {
+            switch key {
+            case "listen": options.listen = flags.listen
+            case "data_dir": options.dataDir = flags.dataDir
+            case "fsync": options.fsync = flags.fsync
+            case "max_frame_bytes": options.maxFrameBytes = flags.maxFrameBytes
+            case "max_output_bytes": options.maxOutputBytes = flags.maxOutputBytes
+            case "max_connections": options.maxConnections = flags.maxConnections
+            case "idle_timeout": options.idleTimeout = flags.idleTimeout
+            case "log_level": options.logLevel = flags.logLevel
+            default: break
+            }
+        }
+        options.configPath = flags.configPath
+        options.setByFlags = flags.setByFlags
+    }
+
+    /// The settings as a file that would produce them.
+    public static func render(_ options: ServeOptions) -> String {
+        var lines = options.listen.map { "listen = \($0)" }
+        lines.append("data_dir = \(options.dataDir)")
+        lines.append("fsync = \(options.fsync.rawValue)")
+        lines.append("max_frame_bytes = \(options.maxFrameBytes)")
+        lines.append("max_output_bytes = \(options.maxOutputBytes)")
+        lines.append("max_connections = \(options.maxConnections)")
+        lines.append("idle_timeout = \(ConfigValue.render(seconds: options.idleTimeout))")
+        lines.append("log_level = \(options.logLevel)")
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// The valid key nearest to `key` by edit distance, when it is near enough to be a typo.
+    static func closestKey(to key: String) -> String? {
+        let scored = keys.map { ($0, editDistance(key.lowercased(), $0)) }
+        guard let best = scored.min(by: { $0.1 < $1.1 }) else { return nil }
+        return best.1 <= max(2, best.0.count / 3) ? best.0 : nil
+    }
+
+    static func editDistance(_ a: String, _ b: String) -> Int {
+        let a = Array(a.utf8), b = Array(b.utf8)
+        guard !a.isEmpty else { return b.count }
+        guard !b.isEmpty else { return a.count }
+        var previous = Array(0...b.count)
+        for i in 1...a.count {
+            var current = [i] + Array(repeating: 0, count: b.count)
+            for j in 1...b.count {
+                current[j] = Swift.min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+            }
+            previous = current
+        }
+        return previous[b.count]
+    }
+
+    private static func reason(_ error: any Error) -> String {
+        let ns = error as NSError
+        if let underlying = ns.userInfo[NSUnderlyingErrorKey] as? NSError, underlying.domain == NSPOSIXErrorDomain {
+            return String(cString: strerror(Int32(underlying.code)))
+        }
+        return ns.code == NSFileReadNoSuchFileError ? "no such file" : ns.localizedDescription
+    }
+}
+
+/// Value syntaxes shared by the file and the flags.
+enum ConfigValue {
+    /// `300`, `1.5`, `500ms`, `30s`, `5m`, `1h` -> seconds; nil if malformed or negative.
+    static func seconds(_ text: String) -> Double? {
+        let units: [(String, Double)] = [("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600)]
+        var number = text
+        var scale = 1.0
+        for (suffix, factor) in units where text.hasSuffix(suffix) {
+            number = String(text.dropLast(suffix.count))
+            scale = factor
+            break
+        }
+        guard let value = Double(number), value.isFinite, value >= 0 else { return nil }
+        return value * scale
+    }
+
+    static func render(seconds: Double) -> String {
+        seconds == seconds.rounded() && seconds < 1e15 ? String(Int(seconds)) : String(seconds)
+    }
+
+    /// `1048576`, `64KiB`, `1MiB`, `1GiB` (also `K`, `M`, `G`) -> bytes.
+    static func bytes(_ text: String) -> Int? {
+        let units: [(String, Int)] = [("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30), ("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30)]
+        for (suffix, factor) in units where text.hasSuffix(suffix) {
+            guard let n = Int(text.dropLast(suffix.count)) else { return nil }
+            let (product, overflow) = n.multipliedReportingOverflow(by: factor)
+            return overflow ? nil : product
+        }
+        return Int(text)
+    }
+
+    /// A message when `text` is not an address `serve` can bind.
+    static func checkAddress(_ text: String) -> String? {
+        SocketAddress(parsing: text) == nil
+            ? "listen \"\(text)\" is not HOST:PORT with a numeric IPv4 or [IPv6] host, e.g. 127.0.0.1:7878" : nil
+    }
+}

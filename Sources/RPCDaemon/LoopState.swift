@@ -1,0 +1,127 @@
+import Dispatch
+import Foundation
+import RPCSchema
+import RPCTransport
+
+/// What the server keeps per event loop: the loop's connections (for the idle sweep and live byte
+/// counts) and its request counters. Confined to the loop's queue, so counting costs no lock and no
+/// atomic; `system.stats` and the watchdog visit every loop and add the snapshots up.
+final class LoopState: @unchecked Sendable {
+    // @unchecked: every `var` is touched only on `loop.queue` (checked with preconditionOnLoop).
+    struct Count: Sendable {
+        var requests = 0
+        var errors = 0
+    }
+
+    /// What one loop reports; added up over loops.
+    struct Snapshot: Sendable {
+        var methods: [RPCMethod: Count] = [:]
+        var bytesIn: UInt64 = 0
+        var bytesOut: UInt64 = 0
+        var idleClosed = 0
+
+        mutating func add(_ other: Snapshot) {
+            methods.merge(other.methods) { Count(requests: $0.requests + $1.requests, errors: $0.errors + $1.errors) }
+            bytesIn &+= other.bytesIn
+            bytesOut &+= other.bytesOut
+            idleClosed += other.idleClosed
+        }
+    }
+
+    /// Keys for lines that never named a served method (bounded: a peer cannot grow the table).
+    static let invalidLine = RPCMethod("(invalid)", "")
+    static let unknownMethod = RPCMethod("(unknown)", "")
+
+    let loop: EventLoop
+    private var connections: [UInt64: Connection] = [:]
+    private var counts: [RPCMethod: Count] = [:]
+    /// Bytes of connections already closed.
+    private var closedBytesIn: UInt64 = 0
+    private var closedBytesOut: UInt64 = 0
+    private var idleClosed = 0
+    private var sweepTimer: (any DispatchSourceTimer)?
+
+    init(loop: EventLoop) { self.loop = loop }
+
+    func add(_ connection: Connection) {
+        loop.preconditionOnLoop()
+        connections[connection.id] = connection
+    }
+
+    func remove(_ connection: Connection) {
+        loop.preconditionOnLoop()
+        guard connections.removeValue(forKey: connection.id) != nil else { return }
+        closedBytesIn &+= connection.bytesIn
+        closedBytesOut &+= connection.bytesOut
+    }
+
+    func count(_ method: RPCMethod, failed: Bool) {
+        loop.preconditionOnLoop()
+        counts[method, default: Count()].requests += 1
+        if failed { counts[method, default: Count()].errors += 1 }
+    }
+
+    func snapshot() -> Snapshot {
+        loop.preconditionOnLoop()
+        var snapshot = Snapshot(methods: counts, bytesIn: closedBytesIn, bytesOut: closedBytesOut, idleClosed: idleClosed)
+        for connection in connections.values {
+            snapshot.bytesIn &+= connection.bytesIn
+            snapshot.bytesOut &+= connection.bytesOut
+        }
+        return snapshot
+    }
+
+    // MARK: - Idle timeout: one timer per loop, not one per connection
+
+    /// Closes connections with no complete request for `seconds`, checked a few times per period.
+    func startIdleSweep(seconds: Double, log: Logger) {
+        guard seconds > 0 else { return }
+        loop.queue.async { [self] in
+            let period = min(1.0, max(0.05, seconds / 4))
+            let timer = DispatchSource.makeTimerSource(queue: loop.queue)
+            timer.schedule(deadline: .now() + period, repeating: period, leeway: .milliseconds(Int(period * 250)))
+            timer.setEventHandler { [unowned self] in self.sweep(seconds: seconds, log: log) }
+            sweepTimer = timer
+            timer.resume()
+        }
+    }
+
+    func stopIdleSweep() {
+        loop.queue.async { [self] in
+            sweepTimer?.cancel()
+            sweepTimer = nil
+        }
+    }
+
+    private func sweep(seconds: Double, log: Logger) {
+        loop.preconditionOnLoop()
+        let now = DispatchTime.now().uptimeNanoseconds
+        let limit = UInt64(seconds * 1e9)
+        for connection in connections.values where !connection.isClosed && now &- connection.lastLineAt > limit {
+            idleClosed += 1
+            log.debug("connection \(connection.id): no complete request for \(ConfigValue.render(seconds: seconds)) s; closing")
+            connection.closeAfterFlush(.closedByServer("idle for more than \(ConfigValue.render(seconds: seconds)) s"))
+        }
+    }
+}
+
+/// Visits every loop queue and adds up their snapshots. A wedged loop never answers, so `done`
+/// never runs: the watchdog relies on that.
+func collect(_ states: [LoopState], done: @escaping @Sendable (LoopState.Snapshot) -> Void) {
+    final class Sum: @unchecked Sendable {
+        // @unchecked: `total` is guarded by `lock`.
+        let lock = NSLock()
+        var total = LoopState.Snapshot()
+    }
+    let sum = Sum()
+    let group = DispatchGroup()
+    for state in states {
+        group.enter()
+        state.loop.queue.async {
+            let snapshot = state.snapshot()
+            sum.lock.withLock { sum.total.add(snapshot) }
+            group.leave()
+        }
+    }
+    group.notify(queue: .global()) { done(sum.lock.withLock { sum.total }) }
+}

@@ -1,0 +1,117 @@
+/// A value that writes its own JSON text, straight into an output buffer.
+///
+/// Every `Encodable` value can be written through `JSONValueEncoder` (`JSONWriter.write(encodable:)`);
+/// the records replies carry most often write themselves directly instead, which skips building a
+/// `JSONValue` tree per reply. A unit test checks each direct writer against its `Encodable` output.
+public protocol JSONWritable {
+    func writeJSON(into out: inout [UInt8])
+}
+
+extension JSONWriter {
+    /// Writes an `Encodable` value through `JSONValueEncoder`; nil, or the encoding error.
+    public static func write<T: Encodable>(encodable value: T, into out: inout [UInt8]) -> (any Error)? {
+        do {
+            write(try JSONValueEncoder().encode(value), into: &out)
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    /// `"key":` — the key must need no escaping (it is a Swift identifier).
+    @inline(__always)
+    static func writeKey(_ key: StaticString, into out: inout [UInt8]) {
+        out.append(0x22)
+        out.append(contentsOf: UnsafeBufferPointer(start: key.utf8Start, count: key.utf8CodeUnitCount))
+        out.append(contentsOf: [0x22, 0x3A])
+    }
+
+    static func writeStrings(_ strings: [String], into out: inout [UInt8]) {
+        out.append(0x5B)
+        for (i, s) in strings.enumerated() {
+            if i > 0 { out.append(0x2C) }
+            writeString(s, into: &out)
+        }
+        out.append(0x5D)
+    }
+}
+
+extension User: JSONWritable {
+    public func writeJSON(into out: inout [UInt8]) {
+        out.append(0x7B)
+        JSONWriter.writeKey("id", into: &out)
+        JSONWriter.writeString(id, into: &out)
+        out.append(0x2C)
+        JSONWriter.writeKey("name", into: &out)
+        JSONWriter.writeString(name, into: &out)
+        out.append(0x2C)
+        JSONWriter.writeKey("email", into: &out)
+        JSONWriter.writeString(email, into: &out)
+        out.append(0x7D)
+    }
+}
+
+extension Building: JSONWritable {
+    public func writeJSON(into out: inout [UInt8]) {
+        out.append(0x7B)
+        JSONWriter.writeKey("id", into: &out)
+        JSONWriter.writeString(id, into: &out)
+        out.append(0x2C)
+        JSONWriter.writeKey("name", into: &out)
+        JSONWriter.writeString(name, into: &out)
+        out.append(0x2C)
+        JSONWriter.writeKey("address", into: &out)
+        JSONWriter.writeString(address, into: &out)
+        out.append(0x2C)
+        JSONWriter.writeKey("residents", into: &out)
+        JSONWriter.writeStrings(residents, into: &out)
+        out.append(0x7D)
+    }
+}
+
+extension Deleted: JSONWritable {
+    public func writeJSON(into out: inout [UInt8]) {
+        out.append(0x7B)
+        JSONWriter.writeKey("deleted", into: &out)
+        JSONWriter.writeString(deleted, into: &out)
+        out.append(0x7D)
+    }
+}
+
+extension UserPage: JSONWritable {
+    public func writeJSON(into out: inout [UInt8]) {
+        out.append(0x7B)
+        JSONWriter.writeKey("users", into: &out)
+        out.append(0x5B)
+        for (i, user) in users.enumerated() {
+            if i > 0 { out.append(0x2C) }
+            user.writeJSON(into: &out)
+        }
+        out.append(0x5D)
+        if let next {
+            out.append(0x2C)
+            JSONWriter.writeKey("next", into: &out)
+            JSONWriter.writeString(next, into: &out)
+        }
+        out.append(0x7D)
+    }
+}
+
+extension BuildingPage: JSONWritable {
+    public func writeJSON(into out: inout [UInt8]) {
+        out.append(0x7B)
+        JSONWriter.writeKey("buildings", into: &out)
+        out.append(0x5B)
+        for (i, building) in buildings.enumerated() {
+            if i > 0 { out.append(0x2C) }
+            building.writeJSON(into: &out)
+        }
+        out.append(0x5D)
+        if let next {
+            out.append(0x2C)
+            JSONWriter.writeKey("next", into: &out)
+            JSONWriter.writeString(next, into: &out)
+        }
+        out.append(0x7D)
+    }
+}

@@ -1,0 +1,131 @@
+/// The `system` entity: what an operator or a monitor asks the daemon itself, over the same socket.
+
+/// `system.ping {}` -> `system.pingResult {"version", "uptimeSeconds"}`.
+public struct SystemPing: RPCCall, Hashable {
+    public typealias Reply = PingResult
+    public static let method = RPCMethod("system", "ping")
+    public init() {}
+}
+
+public struct PingResult: Codable, Hashable, Sendable {
+    public var version: String
+    public var uptimeSeconds: Double
+    public init(version: String, uptimeSeconds: Double) {
+        self.version = version
+        self.uptimeSeconds = uptimeSeconds
+    }
+}
+
+/// `system.describe {}` -> every entity, its methods and their param fields, generated from the
+/// method table (the same one the dispatcher serves from).
+public struct SystemDescribe: RPCCall, Hashable {
+    public typealias Reply = ServiceDescription
+    public typealias Output = [EntityDescription]
+    public static let method = RPCMethod("system", "describe")
+    public init() {}
+    public static func output(from reply: ServiceDescription) -> [EntityDescription] { reply.entities }
+}
+
+public struct ServiceDescription: Codable, Hashable, Sendable {
+    public var version: String
+    public var entities: [EntityDescription]
+    public init(version: String, entities: [EntityDescription]) {
+        self.version = version
+        self.entities = entities
+    }
+}
+
+public struct EntityDescription: Codable, Hashable, Sendable {
+    public var name: String
+    public var methods: [MethodDescription]
+    public init(name: String, methods: [MethodDescription]) {
+        self.name = name
+        self.methods = methods
+    }
+}
+
+public struct MethodDescription: Codable, Hashable, Sendable {
+    /// The method's name within its entity, e.g. `getUser`.
+    public var name: String
+    /// The method a success is sent back to, e.g. `user.getUserResult`.
+    public var result: String
+    /// Whether it changes state (and is journaled).
+    public var mutation: Bool
+    public var params: [RPCField]
+    public init(name: String, result: String, mutation: Bool, params: [RPCField]) {
+        self.name = name
+        self.result = result
+        self.mutation = mutation
+        self.params = params
+    }
+}
+
+/// `system.stats {}` -> connections, requests and errors per method, bytes, journal, uptime.
+public struct SystemStats: RPCCall, Hashable {
+    public typealias Reply = StatsResult
+    public static let method = RPCMethod("system", "stats")
+    public init() {}
+}
+
+public struct StatsResult: Codable, Hashable, Sendable {
+    public var uptimeSeconds: Double
+    public var connections: ConnectionStats
+    /// Requests answered (all methods) and how many of them with `error.error`.
+    public var requests: Int
+    public var errors: Int
+    /// Per method, sorted by name. Lines that were not requests count as `(invalid)`, unknown methods as `(unknown)`.
+    public var methods: [MethodStats]
+    public var bytesIn: Int
+    public var bytesOut: Int
+    public var journal: JournalStats
+
+    public init(
+        uptimeSeconds: Double, connections: ConnectionStats, requests: Int, errors: Int, methods: [MethodStats],
+        bytesIn: Int, bytesOut: Int, journal: JournalStats
+    ) {
+        self.uptimeSeconds = uptimeSeconds
+        self.connections = connections
+        self.requests = requests
+        self.errors = errors
+        self.methods = methods
+        self.bytesIn = bytesIn
+        self.bytesOut = bytesOut
+        self.journal = journal
+    }
+}
+
+public struct ConnectionStats: Codable, Hashable, Sendable {
+    public var current: Int
+    public var total: Int
+    /// Turned away past `max_connections`.
+    public var refused: Int
+    /// Closed by `idle_timeout`.
+    public var idleClosed: Int
+    public init(current: Int, total: Int, refused: Int, idleClosed: Int) {
+        self.current = current
+        self.total = total
+        self.refused = refused
+        self.idleClosed = idleClosed
+    }
+}
+
+public struct MethodStats: Codable, Hashable, Sendable {
+    public var method: String
+    public var requests: Int
+    public var errors: Int
+    public init(method: String, requests: Int, errors: Int) {
+        self.method = method
+        self.requests = requests
+        self.errors = errors
+    }
+}
+
+/// The journal's size and the latency of its last fsync; 0 until there is a journal.
+public struct JournalStats: Codable, Hashable, Sendable {
+    public var bytes: Int
+    public var lastFsyncMicroseconds: Int
+    public init(bytes: Int = 0, lastFsyncMicroseconds: Int = 0) {
+        self.bytes = bytes
+        self.lastFsyncMicroseconds = lastFsyncMicroseconds
+    }
+}

@@ -1,0 +1,278 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@inline(__always) func nowNanoseconds() -> UInt64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+}
+
+/// What one load thread measured.
+struct LoadResult {
+    var histogram = Histogram()
+    var completed = 0
+    var errors = 0
+    var mismatches = 0
+    var firstError: String?
+}
+
+/// Request lines, built from fixed parts so the hot loop only appends an id and a number.
+struct RequestFactory {
+    let workload: Options.Workload
+    let users: Int
+    let runTag: String
+
+    /// Appends request `seq` of connection `conn` (with its `\n`) to `out`.
+    func append(conn: Int, seq: Int, into out: inout [UInt8]) {
+        out.append(contentsOf: #"{"id":"c"#.utf8)
+        appendNumber(conn, &out)
+        out.append(UInt8(ascii: "-"))
+        appendNumber(seq, &out)
+        let create = workload == .create || (workload == .mixed && seq % 10 == 0)
+        if create {
+            out.append(contentsOf: #"","method":"user.createUser","param":{"id":"b"#.utf8)
+            out.append(contentsOf: runTag.utf8)
+            out.append(UInt8(ascii: "-"))
+            appendNumber(conn, &out)
+            out.append(UInt8(ascii: "-"))
+            appendNumber(seq, &out)
+            out.append(contentsOf: #"","name":"Bench","email":"bench@example.com"}}"#.utf8)
+        } else {
+            out.append(contentsOf: #"","method":"user.getUser","param":{"userId":"bench-u"#.utf8)
+            appendNumber((seq &* 7919 &+ conn) % users, &out)
+            out.append(contentsOf: #""}}"#.utf8)
+        }
+        out.append(UInt8(ascii: "\n"))
+    }
+}
+
+@inline(__always) func appendNumber(_ n: Int, _ out: inout [UInt8]) {
+    if n >= 10 { appendNumber(n / 10, &out) }
+    out.append(UInt8(ascii: "0") + UInt8(n % 10))
+}
+
+/// One connection of the load: requests in flight are a FIFO (replies come back in request order).
+final class LoadConnection {
+    let fd: Int32
+    let index: Int
+    var nextSeq = 0
+    /// Send times of the requests in flight, oldest first, with their sequence numbers.
+    var inflight: [(seq: Int, sentAt: UInt64)] = []
+    var inflightHead = 0
+    var output: [UInt8] = []
+    var outputStart = 0
+    var input: [UInt8] = []
+    var closed = false
+
+    init(fd: Int32, index: Int) {
+        self.fd = fd
+        self.index = index
+    }
+
+    var inflightCount: Int { inflight.count - inflightHead }
+}
+
+/// Opens a blocking-connect TCP socket, then makes it non-blocking.
+func openConnection(host: String, port: Int) throws -> Int32 {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { throw UsageError("socket: \(String(cString: strerror(errno)))") }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = UInt16(port).bigEndian
+    guard inet_pton(AF_INET, host, &address.sin_addr) == 1 else { throw UsageError("bad host \(host)") }
+    let result = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    }
+    guard result == 0 else {
+        let message = String(cString: strerror(errno))
+        close(fd)
+        throw UsageError("connect to \(host):\(port): \(message)")
+    }
+    var one: Int32 = 1
+    setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+    _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+    return fd
+}
+
+/// A poll(2) loop driving some connections at a fixed depth until `stopAt`; measures from `measureFrom`.
+final class LoadThread {
+    let connections: [LoadConnection]
+    let factory: RequestFactory
+    let depth: Int
+    let measureFrom: UInt64
+    let stopAt: UInt64
+    var result = LoadResult()
+    private var readBuffer = [UInt8](repeating: 0, count: 256 * 1024)
+
+    init(connections: [LoadConnection], factory: RequestFactory, depth: Int, measureFrom: UInt64, stopAt: UInt64) {
+        self.connections = connections
+        self.factory = factory
+        self.depth = depth
+        self.measureFrom = measureFrom
+        self.stopAt = stopAt
+    }
+
+    func run() {
+        for connection in connections {
+            let now = nowNanoseconds()
+            for _ in 0..<depth { issue(connection, now: now) }
+            flush(connection)
+        }
+        var polls = connections.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
+        var stopping = false
+        var drainDeadline: UInt64 = 0
+        while true {
+            let now = nowNanoseconds()
+            if !stopping && now >= stopAt {
+                stopping = true
+                drainDeadline = now + 5_000_000_000
+            }
+            if stopping && (now >= drainDeadline || connections.allSatisfy { $0.inflightCount == 0 || $0.closed }) { break }
+            for (i, connection) in connections.enumerated() {
+                let wantsWrite = connection.outputStart < connection.output.count
+                polls[i].events = Int16(POLLIN) | (wantsWrite ? Int16(POLLOUT) : 0)
+                polls[i].fd = connection.closed ? -1 : connection.fd
+                polls[i].revents = 0
+            }
+            let n = poll(&polls, nfds_t(polls.count), 50)
+            guard n >= 0 else {
+                if errno == EINTR { continue }
+                break
+            }
+            for (i, connection) in connections.enumerated() where polls[i].revents != 0 {
+                if polls[i].revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 {
+                    readAll(connection, stopping: stopping)
+                }
+                flush(connection)
+            }
+        }
+        for connection in connections where connection.inflightCount > 0 && !connection.closed {
+            note(error: "\(connection.inflightCount) requests on connection \(connection.index) got no reply within 5 s after the run")
+            result.errors += connection.inflightCount
+        }
+    }
+
+    private func issue(_ connection: LoadConnection, now: UInt64) {
+        let seq = connection.nextSeq
+        connection.nextSeq += 1
+        factory.append(conn: connection.index, seq: seq, into: &connection.output)
+        connection.inflight.append((seq: seq, sentAt: now))
+    }
+
+    private func flush(_ connection: LoadConnection) {
+        while connection.outputStart < connection.output.count && !connection.closed {
+            let n = connection.output.withUnsafeBytes { raw in
+                send(connection.fd, raw.baseAddress! + connection.outputStart, raw.count - connection.outputStart, Int32(MSG_NOSIGNAL))
+            }
+            if n > 0 {
+                connection.outputStart += n
+            } else if n < 0 && (errno == EAGAIN || errno == EINTR) {
+                if errno == EAGAIN { return }
+            } else {
+                fail(connection, "send failed: \(String(cString: strerror(errno)))")
+                return
+            }
+        }
+        connection.output.removeAll(keepingCapacity: true)
+        connection.outputStart = 0
+    }
+
+    private func readAll(_ connection: LoadConnection, stopping: Bool) {
+        while !connection.closed {
+            let n = readBuffer.withUnsafeMutableBytes { read(connection.fd, $0.baseAddress, $0.count) }
+            if n == 0 {
+                fail(connection, "daemon closed the connection")
+                return
+            }
+            if n < 0 {
+                if errno == EINTR { continue }
+                if errno != EAGAIN { fail(connection, "read failed: \(String(cString: strerror(errno)))") }
+                return
+            }
+            consume(connection, count: n, stopping: stopping)
+        }
+    }
+
+    /// Splits replies out of what was read, matches each to the oldest request in flight.
+    private func consume(_ connection: LoadConnection, count: Int, stopping: Bool) {
+        let now = nowNanoseconds()
+        readBuffer.withUnsafeBytes { raw in
+            var start = 0
+            var i = 0
+            while i < count {
+                if raw[i] == 0x0A {
+                    if connection.input.isEmpty {
+                        reply(connection, UnsafeRawBufferPointer(rebasing: raw[start..<i]), now: now, stopping: stopping)
+                    } else {
+                        connection.input.append(contentsOf: raw[start..<i])
+                        let line = connection.input
+                        connection.input.removeAll(keepingCapacity: true)
+                        line.withUnsafeBytes { reply(connection, $0, now: now, stopping: stopping) }
+                    }
+                    start = i + 1
+                }
+                i += 1
+            }
+            if start < count { connection.input.append(contentsOf: raw[start..<count]) }
+        }
+    }
+
+    private func reply(_ connection: LoadConnection, _ line: UnsafeRawBufferPointer, now: UInt64, stopping: Bool) {
+        guard connection.inflightCount > 0 else {
+            result.mismatches += 1
+            note(error: "unexpected reply on connection \(connection.index): \(String(decoding: line.prefix(200), as: UTF8.self))")
+            return
+        }
+        let (seq, sentAt) = connection.inflight[connection.inflightHead]
+        connection.inflightHead += 1
+        if connection.inflightHead > 4096 {
+            connection.inflight.removeFirst(connection.inflightHead)
+            connection.inflightHead = 0
+        }
+        // The id is the first field: {"id":"c<conn>-<seq>", compared without decoding the line.
+        var expected: [UInt8] = Array(#"{"id":"c"#.utf8)
+        appendNumber(connection.index, &expected)
+        expected.append(UInt8(ascii: "-"))
+        appendNumber(seq, &expected)
+        expected.append(UInt8(ascii: "\""))
+        if line.count < expected.count || !zip(line, expected).allSatisfy({ $0 == $1 }) {
+            result.mismatches += 1
+            note(error: "reply id mismatch, expected \(String(decoding: expected, as: UTF8.self)): \(String(decoding: line.prefix(200), as: UTF8.self))")
+        } else if Self.contains(line, Self.errorMarker) {
+            result.errors += 1
+            note(error: String(decoding: line.prefix(300), as: UTF8.self))
+        }
+        if sentAt >= measureFrom && now <= stopAt {
+            result.completed += 1
+            result.histogram.record(Int((now - sentAt) / 1000))
+        }
+        if !stopping { issue(connection, now: now) }
+    }
+
+    private static let errorMarker = Array(#""method":"error.error""#.utf8)
+
+    private static func contains(_ haystack: UnsafeRawBufferPointer, _ needle: [UInt8]) -> Bool {
+        guard haystack.count >= needle.count else { return false }
+        for start in 0...(haystack.count - needle.count) where haystack[start] == needle[0] {
+            var match = true
+            for j in 1..<needle.count where haystack[start + j] != needle[j] {
+                match = false
+                break
+            }
+            if match { return true }
+        }
+        return false
+    }
+
+    private func fail(_ connection: LoadConnection, _ message: String) {
+        connection.closed = true
+        result.errors += max(1, connection.inflightCount)
+        note(error: "connection \(connection.index): \(message)")
+    }
+
+    private func note(error: String) {
+        if result.firstError == nil { result.firstError = error }
+    }
+}

@@ -1,0 +1,85 @@
+/// rpcbench's command line.
+struct Options {
+    enum Workload: String, CaseIterable { case get, create, mixed }
+
+    var connect: String?
+    var spawn: String?
+    var conns = 50
+    var depth = 16
+    var duration = 5.0
+    var warmup = 1.0
+    var workload = Workload.get
+    var users = 1000
+    var fsync: String?
+    var idle: Int?
+    var recovery: Int?
+    var inProcess: Int?
+    var threads = 1
+
+    static let usage = """
+        usage: rpcbench (--connect HOST:PORT | --spawn PATH_TO_RPCD) [options]
+          --conns N          connections (default 50)
+          --depth D          requests in flight per connection (default 16)
+          --duration S       measured seconds (default 5)
+          --warmup S         unmeasured seconds first (default 1)
+          --workload W       get | create | mixed (90% get, 10% create) (default get)
+          --users N          users created before a get/mixed run (default 1000)
+          --fsync MODE       passed to a spawned daemon (always | everysec | none)
+          --threads N        load threads (default 1; each runs an epoll loop)
+          --idle N           open N idle connections to a spawned daemon, report its RSS per connection
+          --recovery N       write N mutations, stop the daemon, time its restart until "listening on"
+          --in-process N     no sockets: run N requests of the workload through the dispatcher on this thread
+                             (for profiling the decode-dispatch-encode path; run it under valgrind --tool=callgrind)
+        Prints a table, then: RESULT workload=… conns=… depth=… rps=… p50_us=… p99_us=… p999_us=… errors=…
+        Exits 1 if any request failed or any reply did not match its request.
+        """
+
+    static func parse(_ arguments: [String]) throws(UsageError) -> Options {
+        var options = Options()
+        var rest = arguments[...]
+        while let flag = rest.popFirst() {
+            func value() throws(UsageError) -> String {
+                guard let value = rest.popFirst() else { throw UsageError("\(flag) needs a value") }
+                return value
+            }
+            func number<T: LosslessStringConvertible & Comparable & Numeric>(_: T.Type) throws(UsageError) -> T {
+                let text = try value()
+                guard let n = T(text), n > 0 else { throw UsageError("\(flag) '\(text)' is not a positive number") }
+                return n
+            }
+            switch flag {
+            case "--connect": options.connect = try value()
+            case "--spawn": options.spawn = try value()
+            case "--conns": options.conns = try number(Int.self)
+            case "--depth": options.depth = try number(Int.self)
+            case "--duration": options.duration = try number(Double.self)
+            case "--warmup":
+                let text = try value()
+                guard let n = Double(text), n >= 0 else { throw UsageError("--warmup '\(text)' is not a number of seconds") }
+                options.warmup = n
+            case "--workload":
+                let text = try value()
+                guard let workload = Workload(rawValue: text) else { throw UsageError("--workload '\(text)' is not get, create or mixed") }
+                options.workload = workload
+            case "--users": options.users = try number(Int.self)
+            case "--fsync": options.fsync = try value()
+            case "--threads": options.threads = try number(Int.self)
+            case "--idle": options.idle = try number(Int.self)
+            case "--recovery": options.recovery = try number(Int.self)
+            case "--in-process": options.inProcess = try number(Int.self)
+            case "--help", "-h": throw UsageError(usage)
+            default: throw UsageError("unknown option '\(flag)'; see rpcbench --help")
+            }
+        }
+        if options.connect == nil && options.spawn == nil && options.inProcess == nil { throw UsageError("give --connect HOST:PORT or --spawn PATH_TO_RPCD") }
+        if (options.idle != nil || options.recovery != nil) && options.spawn == nil {
+            throw UsageError("--idle and --recovery need --spawn PATH_TO_RPCD (they measure the daemon's process)")
+        }
+        return options
+    }
+}
+
+struct UsageError: Error {
+    var message: String
+    init(_ message: String) { self.message = message }
+}

@@ -1,0 +1,89 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// An `rpcd serve` started by the benchmark on a free port and a fresh (or given) data directory.
+final class SpawnedDaemon: @unchecked Sendable {
+    // @unchecked: `stderrText` is guarded by `condition`; the rest is set in init.
+    let process = Process()
+    let dataDir: String
+    private(set) var port = 0
+    /// Seconds from start to the `listening on` line.
+    private(set) var startSeconds = 0.0
+    private let condition = NSCondition()
+    private var stderrText = ""
+    private var stderrClosed = false
+
+    init(binary: String, dataDir: String, extraArguments: [String]) throws {
+        self.dataDir = dataDir
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = ["serve", "--listen", "127.0.0.1:0", "--data-dir", dataDir, "--log-level", "info"] + extraArguments
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = FileHandle.nullDevice
+        let pipe = Pipe()
+        process.standardError = pipe
+        let started = Date()
+        try process.run()
+        try? pipe.fileHandleForWriting.close()
+        let reader = pipe.fileHandleForReading
+        Thread.detachNewThread { [self] in
+            while true {
+                let data = reader.availableData
+                condition.lock()
+                if data.isEmpty { stderrClosed = true } else { stderrText += String(decoding: data, as: UTF8.self) }
+                condition.broadcast()
+                condition.unlock()
+                if data.isEmpty { return }
+            }
+        }
+        let deadline = Date().addingTimeInterval(120)
+        condition.lock()
+        defer { condition.unlock() }
+        while true {
+            if let range = stderrText.range(of: #"listening on [^\s]+:(\d+)"#, options: .regularExpression),
+                let colon = stderrText[range].lastIndex(of: ":"), let port = Int(stderrText[range][stderrText.index(after: colon)...])
+            {
+                self.port = port
+                startSeconds = Date().timeIntervalSince(started)
+                return
+            }
+            if stderrClosed || !condition.wait(until: deadline) {
+                throw UsageError("rpcd did not print 'listening on' (stderr: \(stderrText.suffix(500)))")
+            }
+        }
+    }
+
+    var pid: Int32 { process.processIdentifier }
+
+    /// Resident set size of the daemon in KiB, from /proc.
+    func rssKiB() -> Int {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return 0 }
+        for line in status.split(separator: "\n") where line.hasPrefix("VmRSS:") {
+            return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
+        }
+        return 0
+    }
+
+    /// CPU seconds the daemon used so far (user + system), from /proc.
+    func cpuSeconds() -> Double {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return 0 }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    /// SIGTERM and wait for the exit.
+    func stop() {
+        guard process.isRunning else { return }
+        process.terminate()
+        process.waitUntilExit()
+    }
+
+    func kill() {
+        if process.isRunning { Glibc.kill(pid, SIGKILL) }
+        process.waitUntilExit()
+    }
+}

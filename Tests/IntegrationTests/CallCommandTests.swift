@@ -1,0 +1,97 @@
+import Foundation
+import Testing
+
+/// `rpcd call` against the real daemon.
+@Suite("rpcd call")
+struct CallCommandTests {
+    func call(_ arguments: [String], stdin: String? = nil, timeout: Double = 15) throws -> ProcessOutcome {
+        try runProcess(try Binaries.rpcd(), ["call"] + arguments, stdin: stdin, timeout: timeout)
+    }
+
+    func expectOneLineError(_ out: ProcessOutcome, sourceLocation: SourceLocation = #_sourceLocation) {
+        let message = out.stderr.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(!message.isEmpty && !message.contains("\n"), "stderr: \(out.stderr)", sourceLocation: sourceLocation)
+        #expect(out.stdout.isEmpty, "stdout: \(out.stdout)", sourceLocation: sourceLocation)
+    }
+
+    @Test("success: the counter-request on stdout as one line, exit 0; PARAM-JSON defaults to {}; - reads stdin")
+    func success() throws {
+        try withDaemon { daemon in
+            let address = "127.0.0.1:\(daemon.port)"
+            let created = try call([address, "user.createUser", #"{"id":"u1","name":"Ada","email":"ada@example.com"}"#])
+            #expect(created.status == 0, "stderr: \(created.stderr)")
+            #expect(created.stdout == Wire.createUserResult("1", "u1", "Ada", "ada@example.com") + "\n")
+            let listed = try call(["--timeout", "5", address, "user.listUsers"])
+            #expect(listed.status == 0, "stderr: \(listed.stderr)")
+            #expect(listed.stdout == Wire.result("1", "user.listUsers", #"{"users":[\#(Wire.user("u1", "Ada", "ada@example.com"))]}"#) + "\n")
+            let fromStdin = try call([address, "user.getUser", "-"], stdin: #"{"userId":"u1"}"#)
+            #expect(fromStdin.status == 0, "stderr: \(fromStdin.stderr)")
+            #expect(fromStdin.stdout == Wire.result("1", "user.getUser", Wire.user("u1", "Ada", "ada@example.com")) + "\n")
+        }
+    }
+
+    @Test("error.error: printed on stdout, exit 1")
+    func error() throws {
+        try withDaemon { daemon in
+            let out = try call(["127.0.0.1:\(daemon.port)", "user.getUser", #"{"userId":"nobody"}"#])
+            #expect(out.status == 1, "stderr: \(out.stderr)")
+            #expect(out.stdout.hasPrefix(#"{"id":"1","method":"error.error","param":{"errorMessage":"#))
+            #expect(out.stdout.hasSuffix(#","code":"notFound"}}"# + "\n"))
+            #expect(out.stdout.filter { $0 == "\n" }.count == 1)
+            let unknown = try call(["127.0.0.1:\(daemon.port)", "user.fly"])
+            #expect(unknown.status == 1)
+            #expect(unknown.stdout.contains(#""code":"methodNotFound""#))
+        }
+    }
+
+    @Test("bad JSON param (argument or stdin): exit 2, one line on stderr, nothing sent")
+    func badParam() throws {
+        try withDaemon { daemon in
+            let address = "127.0.0.1:\(daemon.port)"
+            for out in [
+                try call([address, "user.getUser", #"{"userId":"#]),
+                try call([address, "user.getUser", "-"], stdin: "not json"),
+            ] {
+                #expect(out.status == 2)
+                expectOneLineError(out)
+                #expect(out.stderr.contains("not valid JSON"))
+            }
+            // Nothing was created by them.
+            #expect(try call([address, "user.listUsers"]).stdout.contains(#"{"users":[]}"#))
+        }
+    }
+
+    @Test("usage errors exit 2 with one line on stderr", arguments: [
+        [String](), ["127.0.0.1:1"], ["not-an-address", "user.listUsers"], ["127.0.0.1:1", "nodot"],
+        ["--timeout", "soon", "127.0.0.1:1", "user.listUsers"], ["--bogus", "127.0.0.1:1", "user.listUsers"],
+        ["127.0.0.1:1", "user.getUser", "{}", "extra"],
+    ])
+    func usage(_ arguments: [String]) throws {
+        let out = try call(arguments, timeout: 5)
+        #expect(out.status == 2, "rpcd call \(arguments): exit \(String(describing: out.status))")
+        expectOneLineError(out)
+    }
+
+    @Test("unreachable: refused port, and a peer that never answers, exit 2 within the timeout")
+    func unreachable() throws {
+        let peer = try FakePeer()
+        let refusedPort: Int = try {
+            let closed = try FakePeer()
+            return closed.port  // the listener closes when `closed` goes
+        }()
+        var started = Date()
+        let refused = try call(["--timeout", "2", "127.0.0.1:\(refusedPort)", "user.listUsers"], timeout: 10)
+        #expect(refused.status == 2)
+        expectOneLineError(refused)
+        #expect(Date().timeIntervalSince(started) < 6)
+
+        started = Date()
+        let silent = try call(["--timeout", "1", "127.0.0.1:\(peer.port)", "user.listUsers"], timeout: 10)
+        let elapsed = Date().timeIntervalSince(started)
+        #expect(silent.status == 2)
+        expectOneLineError(silent)
+        #expect(silent.stderr.contains("no reply within 1 s"), "stderr: \(silent.stderr)")
+        #expect(elapsed >= 0.9 && elapsed < 6, "exited after \(elapsed) s")
+        // (Only loopback peers: tests never send traffic to other addresses.)
+    }
+}

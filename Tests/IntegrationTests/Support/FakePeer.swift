@@ -1,0 +1,136 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A TCP listener on 127.0.0.1:0 that the test drives by hand: it may never accept, never answer,
+/// or send the client requests of its own. Blocking calls are bounded by poll timeouts; from async
+/// tests, call them through `offPool` so they do not hold a thread of the concurrency pool.
+final class FakePeer: @unchecked Sendable {
+    // @unchecked: a test uses it from one place at a time (each blocking call awaited before the next).
+    let listenFD: Int32
+    let port: Int
+    private(set) var peerFD: Int32 = -1
+
+    init() throws {
+        _ = ignoreSIGPIPEInTests
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        listenFD = fd
+        guard fd >= 0 else { throw HarnessError("socket: errno \(errno)") }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = 0
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0, listen(fd, 16) == 0 else {
+            Glibc.close(fd)
+            throw HarnessError("bind/listen: errno \(errno)")
+        }
+        var out = sockaddr_in()
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &out) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        port = Int(UInt16(bigEndian: out.sin_port))
+    }
+
+    deinit {
+        if peerFD >= 0 { Glibc.close(peerFD) }
+        Glibc.close(listenFD)
+    }
+
+    /// Accepts the client (within `timeout` seconds).
+    func accept(timeout: Double = 5) throws {
+        guard wait(listenFD, timeout) else { throw HarnessError("no client connected within \(timeout) s") }
+        peerFD = Glibc.accept(listenFD, nil, nil)
+        guard peerFD >= 0 else { throw HarnessError("accept: errno \(errno)") }
+    }
+
+    func send(_ text: String) throws {
+        let bytes = Array(text.utf8)
+        let n = bytes.withUnsafeBytes { Glibc.send(peerFD, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        guard n == bytes.count else { throw HarnessError("send: \(n) of \(bytes.count) bytes, errno \(errno)") }
+    }
+
+    /// Everything the client sent within `timeout` seconds (stops early at EOF).
+    func received(within timeout: Double) -> String {
+        var data: [UInt8] = []
+        let deadline = Date().addingTimeInterval(timeout)
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while Date() < deadline {
+            guard wait(peerFD, deadline.timeIntervalSinceNow) else { break }
+            let n = buffer.withUnsafeMutableBytes { Glibc.read(peerFD, $0.baseAddress, $0.count) }
+            if n <= 0 { break }
+            data += buffer[0..<n]
+        }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    /// Reads until one full line arrived (within `timeout` seconds).
+    func readLine(timeout: Double = 5) throws -> String {
+        var data: [UInt8] = []
+        let deadline = Date().addingTimeInterval(timeout)
+        var byte: UInt8 = 0
+        while Date() < deadline, wait(peerFD, deadline.timeIntervalSinceNow), Glibc.read(peerFD, &byte, 1) == 1 {
+            if byte == UInt8(ascii: "\n") { return String(decoding: data, as: UTF8.self) }
+            data.append(byte)
+        }
+        throw HarnessError("no full line from the client within \(timeout) s (got \(String(decoding: data, as: UTF8.self)))")
+    }
+
+    func closePeer() {
+        if peerFD >= 0 { Glibc.close(peerFD) }
+        peerFD = -1
+    }
+
+    private func wait(_ fd: Int32, _ timeout: Double) -> Bool {
+        var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        return poll(&pfd, 1, Int32(max(0, timeout * 1000))) == 1
+    }
+}
+
+/// Runs a blocking `body` on a thread of its own and awaits it: the concurrency pool (two threads
+/// on two cores) stays free for the client under test.
+func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        let thread = Thread { continuation.resume(with: Result { try body() }) }
+        thread.start()
+    }
+}
+
+/// Starts a daemon, runs the async `body`, then checks the daemon did not die during the test.
+func withDaemonAsync<R>(_ body: (DaemonProcess) async throws -> R) async throws -> R {
+    let daemon = try DaemonProcess()
+    defer { daemon.stop() }
+    let result: R
+    do {
+        result = try await body(daemon)
+    } catch {
+        throw HarnessError("\(error)\n--- rpcd stderr (tail) ---\n\(daemon.stderrTail())")
+    }
+    if !daemon.isRunning {
+        throw HarnessError("rpcd died during the test (\(daemon.exitDescription.text)).\n--- rpcd stderr (tail) ---\n\(daemon.stderrTail())")
+    }
+    return result
+}
+
+extension DaemonProcess {
+    /// SIGSTOP, then waits until the kernel reports the process stopped (state T), so a request
+    /// sent after this surely stays unanswered.
+    func pause() throws {
+        signal(SIGSTOP)
+        let deadline = Date().addingTimeInterval(5)
+        while Date() < deadline {
+            if let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                let close = text.lastIndex(of: ")"),
+                text[text.index(after: close)...].split(separator: " ").first == "T"
+            {
+                return
+            }
+            usleep(1_000)
+        }
+        throw HarnessError("rpcd did not stop within 5 s of SIGSTOP")
+    }
+}

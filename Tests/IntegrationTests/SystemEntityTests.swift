@@ -1,0 +1,96 @@
+import Foundation
+import RPCEntities
+import RPCSchema
+import Testing
+
+/// The `system` entity over the real socket.
+struct SystemEntityTests {
+    @Test func pingAnswersVersionAndUptime() throws {
+        try withDaemon { daemon in
+            let client = try LineClient(port: daemon.port)
+            let reply = try Reply(client.request(#"{"id":"p","method":"system.ping","param":{}}"#))
+            #expect(reply.method == "system.pingResult" && reply.id == "p", "\(reply.line)")
+            #expect(reply.param?["version"] is String)
+            #expect((reply.param?["uptimeSeconds"] as? Double).map { $0 >= 0 } == true, "\(reply.line)")
+            expectError(try client.request(#"{"id":"x","method":"system.ping","param":{"a":1}}"#), code: "invalidParams", id: "x")
+            expectError(try client.request(#"{"id":"y","method":"system.nope"}"#), code: "methodNotFound", id: "y")
+        }
+    }
+
+    /// `system.describe` lists exactly what the dispatcher's table accepts (plus the system methods).
+    @Test func describeEqualsTheDispatcherTable() throws {
+        try withDaemon { daemon in
+            let client = try LineClient(port: daemon.port)
+            let reply = try Reply(client.request(#"{"id":"d","method":"system.describe"}"#))
+            #expect(reply.method == "system.describeResult", "\(reply.line)")
+            let entities = try #require(reply.param?["entities"] as? [[String: Any]])
+            var described: [String: [RPCField]] = [:]
+            var mutations: [String: Bool] = [:]
+            for entity in entities {
+                let name = try #require(entity["name"] as? String)
+                for method in try #require(entity["methods"] as? [[String: Any]]) {
+                    let key = "\(name).\(try #require(method["name"] as? String))"
+                    described[key] = try #require(method["params"] as? [[String: Any]]).map {
+                        RPCField(name: $0["name"] as? String ?? "?", type: $0["type"] as? String ?? "?", optional: $0["optional"] as? Bool ?? false)
+                    }
+                    mutations[key] = method["mutation"] as? Bool
+                }
+            }
+            var expected: [String: [RPCField]] = [:]
+            for entry in Dispatcher().table.entries { expected[entry.method.description] = entry.fields }
+            for call in [SystemPing.self, SystemDescribe.self, SystemStats.self] as [any RPCCall.Type] {
+                expected[call.method.description] = call.fields
+            }
+            #expect(described == expected)
+            #expect(mutations["user.createUser"] == true && mutations["user.getUser"] == false)
+            // Every described method is accepted (no methodNotFound).
+            for method in described.keys.sorted() where !method.hasPrefix("system.") {
+                let answer = try Reply(client.request(#"{"id":"m","method":"\#(method)","param":{}}"#))
+                #expect(answer.errorCode != "methodNotFound", "\(method): \(answer.line)")
+            }
+        }
+    }
+
+    @Test func statsCountWhatWasSent() throws {
+        try withDaemon { daemon in
+            let first = try LineClient(port: daemon.port)
+            var sent = 0
+            for i in 0..<5 {
+                let line = Wire.createUser("c\(i)", "u\(i)", "N", "n@example.com")
+                sent += line.utf8.count + 1
+                #expect(try Reply(first.request(line)).method == "user.createUserResult")
+            }
+            for i in 0..<3 {
+                let line = Wire.getUser("g\(i)", "nobody")
+                sent += line.utf8.count + 1
+                expectError(try first.request(line), code: "notFound")
+            }
+            sent += 9
+            expectError(try first.request("not json"), code: "parseError")
+            first.close()
+
+            let second = try LineClient(port: daemon.port)
+            _ = try second.request(#"{"id":"p","method":"system.ping"}"#)
+            let reply = try Reply(second.request(#"{"id":"s","method":"system.stats"}"#))
+            #expect(reply.method == "system.statsResult", "\(reply.line)")
+            let stats = try #require(reply.param)
+            let methods = Dictionary(
+                uniqueKeysWithValues: (stats["methods"] as? [[String: Any]] ?? []).map {
+                    ($0["method"] as? String ?? "?", ($0["requests"] as? Int ?? -1, $0["errors"] as? Int ?? -1))
+                })
+            #expect(methods["user.createUser"]?.0 == 5 && methods["user.createUser"]?.1 == 0, "\(reply.line)")
+            #expect(methods["user.getUser"]?.0 == 3 && methods["user.getUser"]?.1 == 3, "\(reply.line)")
+            #expect(methods["(invalid)"]?.0 == 1 && methods["(invalid)"]?.1 == 1, "\(reply.line)")
+            #expect(methods["system.ping"]?.0 == 1, "\(reply.line)")
+            #expect(methods["system.stats"]?.0 == 1, "\(reply.line)")
+            #expect(stats["requests"] as? Int == 11 && stats["errors"] as? Int == 4, "\(reply.line)")
+            let connections = try #require(stats["connections"] as? [String: Any])
+            #expect(connections["total"] as? Int == 2 && connections["current"] as? Int == 1, "\(reply.line)")
+            #expect((stats["bytesIn"] as? Int ?? 0) >= sent, "\(reply.line)")
+            #expect((stats["bytesOut"] as? Int ?? 0) > 0, "\(reply.line)")
+            let journal = try #require(stats["journal"] as? [String: Any])
+            #expect(journal["bytes"] is Int && journal["lastFsyncMicroseconds"] is Int, "\(reply.line)")
+            #expect(stats["uptimeSeconds"] is Double)
+        }
+    }
+}

@@ -1,0 +1,96 @@
+import Testing
+import RPCSchema
+@testable import RPCEntities
+
+/// Drives the dispatcher with request lines and returns the reply lines (no sockets).
+private final class Harness {
+    let dispatcher = Dispatcher()
+    var session = Dispatcher.Session()
+
+    func send(_ line: String) -> String? {
+        var out: [UInt8] = []
+        let disposition = Array(line.utf8).withUnsafeBytes { dispatcher.handle(line: $0, session: &session, into: &out) }
+        if disposition == .none { return nil }
+        return String(decoding: out.dropLast(), as: UTF8.self)
+    }
+
+    func code(_ line: String) -> String? {
+        guard let reply = send(line), reply.contains(#""method":"error.error""#),
+            let range = reply.range(of: #""code":""#)
+        else { return nil }
+        return String(reply[range.upperBound...].prefix { $0 != "\"" })
+    }
+}
+
+@Suite struct DispatcherTests {
+    @Test func userLifecycle() {
+        let h = Harness()
+        #expect(h.send(#"{"id":"1","method":"user.createUser","param":{"id":"u1","name":"Ada","email":"a@x"}}"#)
+            == #"{"id":"1","method":"user.createUserResult","param":{"id":"u1","name":"Ada","email":"a@x"}}"#)
+        #expect(h.code(#"{"id":"2","method":"user.createUser","param":{"id":"u1","name":"Ada","email":"a@x"}}"#) == "conflict")
+        #expect(h.send(#"{"id":"3","method":"user.updateUser","param":{"userId":"u1","newName":"Bo"}}"#)
+            == #"{"id":"3","method":"user.updateUserResult","param":{"id":"u1","name":"Bo","email":"a@x"}}"#)
+        #expect(h.code(#"{"id":"4","method":"user.updateUser","param":{"userId":"u1","newName":""}}"#) == "invalidParams")
+        #expect(h.code(#"{"id":"5","method":"user.updateUser","param":{"userId":"u1","newEmail":"nope"}}"#) == "invalidParams")
+        #expect(h.send(#"{"id":"6","method":"user.deleteUser","param":{"userId":"u1"}}"#)
+            == #"{"id":"6","method":"user.deleteUserResult","param":{"deleted":"u1"}}"#)
+        #expect(h.code(#"{"id":"7","method":"user.getUser","param":{"userId":"u1"}}"#) == "notFound")
+        #expect(h.code(#"{"id":"8","method":"user.deleteUser","param":{"userId":"u1"}}"#) == "notFound")
+    }
+
+    @Test func paging() {
+        let h = Harness()
+        for id in ["c", "a", "d", "b"] {
+            _ = h.send(#"{"id":"x","method":"user.createUser","param":{"id":"\#(id)","name":"n","email":"e@x"}}"#)
+        }
+        let page1 = h.send(#"{"id":"1","method":"user.listUsers","param":{"limit":2}}"#) ?? ""
+        #expect(page1.contains(#"[{"id":"a""#) && page1.contains(#""next":"b""#))
+        let page2 = h.send(#"{"id":"2","method":"user.listUsers","param":{"after":"b","limit":2}}"#) ?? ""
+        #expect(page2.contains(#"[{"id":"c""#) && !page2.contains("next"))
+        let all = h.send(#"{"id":"3","method":"user.listUsers"}"#) ?? ""
+        #expect(all.components(separatedBy: #""name""#).count == 5 && !all.contains("next"))
+        #expect(h.code(#"{"id":"4","method":"user.listUsers","param":{"limit":0}}"#) == "invalidParams")
+    }
+
+    @Test func buildingsAndResidents() {
+        let h = Harness()
+        _ = h.send(#"{"id":"1","method":"user.createUser","param":{"id":"u1","name":"Ada","email":"a@x"}}"#)
+        #expect(h.code(#"{"id":"2","method":"building.addBuilding","param":{"id":"b1","name":"H","address":"A","residents":["u2"]}}"#) == "invalidParams")
+        #expect(h.send(#"{"id":"3","method":"building.addBuilding","param":{"id":"b1","name":"H","address":"A","residents":["u1"]}}"#)
+            == #"{"id":"3","method":"building.addBuildingResult","param":{"id":"b1","name":"H","address":"A","residents":["u1"]}}"#)
+        #expect(h.code(#"{"id":"4","method":"building.addBuilding","param":{"id":"b1","name":"H","address":"A","residents":[]}}"#) == "conflict")
+        #expect(h.code(#"{"id":"5","method":"building.updateBuilding","param":{"buildingId":"b1","newName":""}}"#) == "invalidParams")
+        _ = h.send(#"{"id":"6","method":"user.deleteUser","param":{"userId":"u1"}}"#)
+        #expect(h.send(#"{"id":"7","method":"building.getBuilding","param":{"buildingId":"b1"}}"#)
+            == #"{"id":"7","method":"building.getBuildingResult","param":{"id":"b1","name":"H","address":"A","residents":[]}}"#)
+        #expect(h.send(#"{"id":"8","method":"building.deleteBuilding","param":{"buildingId":"b1"}}"#)
+            == #"{"id":"8","method":"building.deleteBuildingResult","param":{"deleted":"b1"}}"#)
+        #expect(h.code(#"{"id":"9","method":"building.getBuilding","param":{"buildingId":"b1"}}"#) == "notFound")
+    }
+
+    @Test func paramErrorsNameTheField() {
+        let h = Harness()
+        let reply = h.send(#"{"id":"1","method":"user.listUsers","param":{"limit":"x"}}"#) ?? ""
+        #expect(reply.contains("invalidParams") && reply.contains("limit"))
+        let unknown = h.send(#"{"id":"2","method":"user.updateUser","param":{"userId":"u","newname":"x"}}"#) ?? ""
+        #expect(unknown.contains("invalidParams") && unknown.contains("newname"))
+        #expect(h.code(#"{"id":"3","method":"user.getUser","param":[]}"#) == "invalidParams")
+        #expect(h.code(#"{"id":"4","method":"user.getUser"}"#) == "invalidParams")
+        #expect(h.code(#"{"id":"5","method":"user.nope"}"#) == "methodNotFound")
+        #expect(h.code(#"{"id":"6","method":"nope.nope"}"#) == "methodNotFound")
+    }
+
+    @Test func repliesUseTheFormOfTheFirstRequest() {
+        let h = Harness()
+        let seed = h.send(#"{"id":"1","method":{"user":{"_0":"getUser"}},"param":{"user":{"getUser":{"userId":"x"}}}}"#) ?? ""
+        #expect(seed == #"{"id":"1","method":{"error":{"_0":"error"}},"param":{"error":{"error":{"errorMessage":"no user \"x\"; user.listUsers shows the existing ids","code":"notFound"}}}}"#)
+        let later = h.send(#"{"id":"2","method":"user.listUsers"}"#) ?? ""
+        #expect(later == #"{"id":"2","method":{"user":{"_0":"listUsersResult"}},"param":{"user":{"listUsersResult":{"users":[]}}}}"#)
+    }
+
+    @Test func counterRequestsAreNotAnswered() {
+        let h = Harness()
+        #expect(h.send(#"{"id":"1","method":"user.getUserResult","param":{}}"#) == nil)
+        #expect(h.send(#"{"id":"1","method":"error.error","param":{"errorMessage":"x","code":"internal"}}"#) == nil)
+    }
+}
