@@ -44,7 +44,7 @@ struct JournalFailureTests {
         }
         let list = try Reply(try client.request(Wire.request("l", "user.listUsers")))
         #expect(list.method == "user.listUsersResult", "reads must keep working: \(list.line)")
-        #expect(first.stderrText.contains("journal write failed"), "stderr: \(first.stderrTail())")
+        #expect(first.stderrEventually(contains: "journal write failed"), "stderr: \(first.stderrTail())")
         first.stop()
 
         let second = try DaemonProcess(dataDir: dir)

@@ -90,6 +90,12 @@ final class DaemonProcess {
 
     var stderrText: String { stderrDrain.text }
 
+    /// Whether stderr contains `text` within `timeout` seconds (stderr reaches the test through a
+    /// pipe drained on another thread, so a line logged just before a reply may not be here yet).
+    func stderrEventually(contains text: String, timeout: Double = 5) -> Bool {
+        stderrDrain.wait(timeout: timeout) { $0.contains(text) }
+    }
+
     /// The last `maxBytes` of stderr, for failure messages.
     func stderrTail(_ maxBytes: Int = 4000) -> String {
         let text = stderrText
