@@ -88,7 +88,9 @@ func run() throws -> Never {
 
     if let idle = options.idle, let binary = options.spawn {
         raiseFileLimit()
-        let daemon = try SpawnedDaemon(binary: binary, dataDir: freshDataDir(), extraArguments: spawnArguments())
+        // Room for the idle connections and the check connection past the default max_connections.
+        let daemon = try SpawnedDaemon(
+            binary: binary, dataDir: freshDataDir(), extraArguments: spawnArguments() + ["--max-connections", "\(idle + 16)"])
         defer { daemon.kill() }
         Thread.sleep(forTimeInterval: 0.5)
         let before = daemon.rssKiB()
@@ -97,7 +99,8 @@ func run() throws -> Never {
             do { fds.append(try openConnection(host: "127.0.0.1", port: daemon.port)) } catch { fail("after \(fds.count) connections: \(error)") }
         }
         // Make sure the daemon accepted them all: one round trip on a fresh connection after them.
-        _ = try pipeline(host: "127.0.0.1", port: daemon.port, lines: [Array((#"{"id":"x","method":"user.listUsers","param":{"limit":1}}"# + "\n").utf8)])
+        let refused = try pipeline(host: "127.0.0.1", port: daemon.port, lines: [Array((#"{"id":"x","method":"user.listUsers","param":{"limit":1}}"# + "\n").utf8)])
+        guard refused == 0 else { fail("the daemon refused the check connection after \(idle) idle ones") }
         Thread.sleep(forTimeInterval: 1)
         let after = daemon.rssKiB()
         let perConnection = Double(after - before) * 1024 / Double(idle)
