@@ -29,6 +29,8 @@ final class Journal: MutationLog, @unchecked Sendable {
     private let compactionQueue = DispatchQueue(label: "rpcd.journal.compaction", qos: .utility)
     private var capture: (@Sendable () -> (Entities, UInt64)?)?
     private var timer: (any DispatchSourceTimer)?
+    /// Figures for `system.stats`; guarded by `lock`.
+    private var published = JournalStats()
 
     // Writer queue only.
     private var fd: Int32
@@ -53,6 +55,7 @@ final class Journal: MutationLog, @unchecked Sendable {
         if created { try FileIO.syncDirectory(directory.path) }
         filePath = directory.journal
         journalBytes = try FileIO.size(fd, path: directory.journal)
+        published.bytes = journalBytes
         self.snapshotBytes = snapshotBytes
         if policy == .everysec { startEverySecondSync() }
     }
@@ -92,7 +95,11 @@ final class Journal: MutationLog, @unchecked Sendable {
                 failure = "\(error)"
                 log.error("journal write failed: \(error); mutations are refused from now on, reads still work")
             }
-            let (ready, result) = lock.withLock { commit.finished(batch, failure: failure) }
+            let bytes = journalBytes
+            let (ready, result) = lock.withLock {
+                published.bytes = bytes
+                return commit.finished(batch, failure: failure)
+            }
             for done in ready { done(result) }
             if failure == nil { maybeCompact() }
         }
@@ -108,7 +115,7 @@ final class Journal: MutationLog, @unchecked Sendable {
             try append(batch.bytes[...])
         }
         if policy == .always {
-            try FileIO.sync(fd, path: filePath, dataOnly: true)
+            try timedSync()
         } else {
             unsynced = true
         }
@@ -127,6 +134,19 @@ final class Journal: MutationLog, @unchecked Sendable {
             throw error
         }
         journalBytes += bytes.count
+    }
+
+    /// The fsync that covers appended records, timed for `system.stats`.
+    private func timedSync() throws(Errno) {
+        let started = DispatchTime.now().uptimeNanoseconds
+        try FileIO.sync(fd, path: filePath, dataOnly: true)
+        let micros = Int((DispatchTime.now().uptimeNanoseconds - started) / 1000)
+        lock.withLock { published.lastFsyncMicroseconds = micros }
+    }
+
+    /// Journal size and the latency of the last fsync (any thread).
+    func stats() -> JournalStats {
+        lock.withLock { published }
     }
 
     /// Starts the next journal: later records go there while the snapshot is written.
@@ -157,7 +177,7 @@ final class Journal: MutationLog, @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         guard unsynced else { return }
         do {
-            try FileIO.sync(fd, path: filePath, dataOnly: true)
+            try timedSync()
             unsynced = false
         } catch {
             log.error("journal fsync failed: \(error); mutations are refused from now on, reads still work")

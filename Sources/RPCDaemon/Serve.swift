@@ -50,7 +50,8 @@ extension Daemon {
             dispatcher: dispatcher, durability: journal,
             limits: Connection.Limits(maxFrameBytes: options.maxFrameBytes, maxOutputBytes: options.maxOutputBytes),
             loopCount: ProcessInfo.processInfo.activeProcessorCount, log: log,
-            maxConnections: options.maxConnections, idleTimeout: options.idleTimeout)
+            maxConnections: options.maxConnections, idleTimeout: options.idleTimeout,
+            journalStats: { journal.stats() })
         do {
             // Socket activation: serve systemd's sockets instead of binding `listen`.
             let inherited = try SocketActivation.takeListeners()
