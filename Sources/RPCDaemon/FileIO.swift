@@ -124,14 +124,8 @@ enum FileIO {
     }
 
     @inline(__always)
-    private static func retrying<T: FixedWidthInteger>(_ call: String, _ body: () -> T) throws(Errno) -> T {
-        while true {
-            let result = body()
-            if result != -1 { return result }
-            let code = errno
-            if code == EINTR { continue }
-            throw Errno(code, call: call)
-        }
+    private static func retrying<T: FixedWidthInteger>(_ call: @autoclosure () -> String, _ body: () -> T) throws(Errno) -> T {
+        try Syscall.retrying(call(), body)
     }
 }
 

@@ -80,37 +80,31 @@ extension Deleted: JSONWritable {
 
 extension UserPage: JSONWritable {
     public func writeJSON(into out: inout [UInt8]) {
-        out.append(0x7B)
-        JSONWriter.writeKey("users", into: &out)
-        out.append(0x5B)
-        for (i, user) in users.enumerated() {
-            if i > 0 { out.append(0x2C) }
-            user.writeJSON(into: &out)
-        }
-        out.append(0x5D)
-        if let next {
-            out.append(0x2C)
-            JSONWriter.writeKey("next", into: &out)
-            JSONWriter.writeString(next, into: &out)
-        }
-        out.append(0x7D)
+        JSONWriter.writePage("users", users, next: next, into: &out)
     }
 }
 
 extension BuildingPage: JSONWritable {
     public func writeJSON(into out: inout [UInt8]) {
+        JSONWriter.writePage("buildings", buildings, next: next, into: &out)
+    }
+}
+
+extension JSONWriter {
+    /// `{"<key>":[…],"next":"…"}` (`next` only when there is one), the shape of every list reply.
+    static func writePage(_ key: StaticString, _ items: [some JSONWritable], next: String?, into out: inout [UInt8]) {
         out.append(0x7B)
-        JSONWriter.writeKey("buildings", into: &out)
+        writeKey(key, into: &out)
         out.append(0x5B)
-        for (i, building) in buildings.enumerated() {
+        for (i, item) in items.enumerated() {
             if i > 0 { out.append(0x2C) }
-            building.writeJSON(into: &out)
+            item.writeJSON(into: &out)
         }
         out.append(0x5D)
         if let next {
             out.append(0x2C)
-            JSONWriter.writeKey("next", into: &out)
-            JSONWriter.writeString(next, into: &out)
+            writeKey("next", into: &out)
+            writeString(next, into: &out)
         }
         out.append(0x7D)
     }

@@ -27,14 +27,16 @@ public enum IOResult<T: Sendable>: Sendable {
 /// The one place libc is called from: -1 becomes a thrown `Errno`, EINTR is retried
 /// (swift-system `valueOrErrno`). Callers never read `errno` themselves.
 public enum Syscall {
+    /// Runs a libc call: -1 becomes a thrown `Errno` naming `call`, EINTR is retried. For calls
+    /// outside this file too (the daemon's file I/O), so every libc error is built the same way.
     @inline(__always)
-    static func retrying<T: FixedWidthInteger>(_ call: String, _ body: () -> T) throws(Errno) -> T {
+    public static func retrying<T: FixedWidthInteger>(_ call: @autoclosure () -> String, _ body: () -> T) throws(Errno) -> T {
         while true {
             let result = body()
             if result != -1 { return result }
             let code = errno
             if code == EINTR { continue }
-            throw Errno(code, call: call)
+            throw Errno(code, call: call())
         }
     }
 
