@@ -24,7 +24,8 @@ struct Options {
           --warmup S         unmeasured seconds first (default 1)
           --workload W       get | create | mixed (90% get, 10% create) (default get)
           --users N          users created before a get/mixed run (default 1000)
-          --fsync MODE       passed to a spawned daemon (always | everysec | none)
+          --fsync MODE       passed to a spawned daemon (always | everysec | none); a list such as
+                             always,none runs the load once per mode and prints their ratio
           --threads N        load threads (default 1; each runs an epoll loop)
           --idle N           open N idle connections to a spawned daemon, report its RSS per connection
           --recovery N       write N mutations, stop the daemon, time its restart until "listening on"

@@ -30,7 +30,7 @@ func freshDataDir() -> String {
 }
 
 func spawnArguments() -> [String] {
-    options.fsync.map { ["--fsync", $0] } ?? []
+    options.fsync.map { ["--fsync", String($0.split(separator: ",").first ?? "")] } ?? []
 }
 
 /// Raises this process's open-file limit to its hard limit (idle runs open thousands of sockets).
@@ -117,7 +117,7 @@ func run() throws -> Never {
 
     if let mutations = options.recovery, let binary = options.spawn {
         let dataDir = freshDataDir()
-        let writer = try SpawnedDaemon(binary: binary, dataDir: dataDir, extraArguments: options.fsync.map { ["--fsync", $0] } ?? ["--fsync", "none"])
+        let writer = try SpawnedDaemon(binary: binary, dataDir: dataDir, extraArguments: options.fsync == nil ? ["--fsync", "none"] : spawnArguments())
         let started = Date()
         let errors = try pipeline(host: "127.0.0.1", port: writer.port, lines: createUsersLines(mutations, prefix: "r"))
         let writeSeconds = Date().timeIntervalSince(started)
@@ -140,11 +140,48 @@ func run() throws -> Never {
 
     // MARK: - Load
 
+    // `--fsync always,none` runs the load once per policy (a fresh daemon each) and compares them.
+    let policies: [String?] = options.fsync.map { $0.split(separator: ",").map { String($0) } } ?? [nil]
+    var runs: [(policy: String?, rps: Int)] = []
+    var errors = 0
+    for (i, policy) in policies.enumerated() {
+        if i > 0 { print("") }
+        let (rps, failed) = try runLoad(fsync: policy)
+        runs.append((policy, rps))
+        errors += failed
+    }
+    if runs.count > 1, let base = runs.first, base.rps > 0 {
+        print("")
+        for run in runs.dropFirst() {
+            let ratio = Double(run.rps) / Double(base.rps)
+            print("RATIO \(run.policy ?? "?")/\(base.policy ?? "?") = \(String(format: "%.2f", ratio)) (\(run.rps) / \(base.rps) requests/s)")
+        }
+    }
+    exit(errors == 0 ? 0 : 1)
+}
+
+do {
+    try run()
+} catch let error as UsageError {
+    fail(error.message)
+} catch {
+    fail("\(error)")
+}
+
+/// Hands a non-Sendable value to one other thread that alone uses it until `group.wait()`.
+final class UncheckedBox<T>: @unchecked Sendable {
+    // @unchecked: the value is used by exactly one thread at a time (handed over, then joined).
+    let value: T
+    init(_ value: T) { self.value = value }
+}
+
+/// One load run (against `--connect`, or a daemon spawned with `fsync`): prints the table and the RESULT line.
+func runLoad(fsync: String?) throws -> (rps: Int, errors: Int) {
     var daemon: SpawnedDaemon?
     var host = "127.0.0.1"
     var port = 0
     if let binary = options.spawn {
-        daemon = try SpawnedDaemon(binary: binary, dataDir: freshDataDir(), extraArguments: spawnArguments())
+        daemon = try SpawnedDaemon(binary: binary, dataDir: freshDataDir(), extraArguments: fsync.map { ["--fsync", $0] } ?? [])
         port = daemon!.port
     } else if let connect = options.connect {
         guard let colon = connect.lastIndex(of: ":"), let p = Int(connect[connect.index(after: colon)...]) else {
@@ -213,7 +250,7 @@ func run() throws -> Never {
     let rps = Int(Double(total.completed) / options.duration)
     let errors = total.errors + total.mismatches
 
-    print("workload    \(options.workload.rawValue)\(options.fsync.map { " (fsync \($0))" } ?? "")")
+    print("workload    \(options.workload.rawValue)\(fsync.map { " (fsync \($0))" } ?? "")")
     print("conns       \(options.conns) x depth \(options.depth), \(threadCount) load thread(s)")
     print("measured    \(String(format: "%.1f", options.duration)) s after \(String(format: "%.1f", options.warmup)) s warmup")
     print("requests/s  \(rps)")
@@ -224,23 +261,7 @@ func run() throws -> Never {
         print("daemon CPU  \(String(format: "%.0f", daemonCPU / elapsed * 100))% of one core; RSS \(daemon!.rssKiB()) KiB")
     }
     if let first = total.firstError { print("first error \(first)") }
-    print("RESULT workload=\(options.workload.rawValue) conns=\(options.conns) depth=\(options.depth) rps=\(rps) p50_us=\(total.histogram.percentile(0.5)) p99_us=\(total.histogram.percentile(0.99)) p999_us=\(total.histogram.percentile(0.999)) errors=\(errors)")
+    print("RESULT workload=\(options.workload.rawValue)\(fsync.map { " fsync=\($0)" } ?? "") conns=\(options.conns) depth=\(options.depth) rps=\(rps) p50_us=\(total.histogram.percentile(0.5)) p99_us=\(total.histogram.percentile(0.99)) p999_us=\(total.histogram.percentile(0.999)) errors=\(errors)")
     daemon?.kill()
-    exit(errors == 0 ? 0 : 1)
-
-}
-
-do {
-    try run()
-} catch let error as UsageError {
-    fail(error.message)
-} catch {
-    fail("\(error)")
-}
-
-/// Hands a non-Sendable value to one other thread that alone uses it until `group.wait()`.
-final class UncheckedBox<T>: @unchecked Sendable {
-    // @unchecked: the value is used by exactly one thread at a time (handed over, then joined).
-    let value: T
-    init(_ value: T) { self.value = value }
+    return (rps, errors)
 }
