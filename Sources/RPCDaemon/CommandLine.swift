@@ -51,11 +51,14 @@ public enum CommandLineParser {
         rpcd \(version): a TCP RPC daemon speaking one JSON request per line.
 
         Usage:
-          rpcd serve [options]     run the daemon
-          rpcd call [--timeout S] HOST:PORT METHOD [PARAM-JSON]   send one request, print its reply
-          rpcd repair [--data-dir DIR]  cut a damaged journal at its first bad line (keeps a backup)
-          rpcd --version           print the version
-          rpcd --help              print this help
+          rpcd serve [options]             run the daemon
+          rpcd call [--timeout S] HOST:PORT METHOD [PARAM-JSON | -]
+                                           send one request, print its counter-request (exit 0 result,
+                                           1 error.error, 2 usage, connection error or timeout)
+          rpcd check-config FILE           check a settings file; print the effective settings or FILE:LINE errors
+          rpcd repair [--data-dir DIR]     cut a damaged journal at its first bad line (keeps a backup)
+          rpcd --version                   print the version
+          rpcd --help                      print this help
 
         Options of serve:
           --listen HOST:PORT       address to listen on, repeatable (default \(ServeOptions.defaultListen));
@@ -70,9 +73,6 @@ public enum CommandLineParser {
           --max-connections N      connections served at once; more get an `overloaded` error (default 10000, 0 = no limit)
           --idle-timeout SECONDS   close a connection with no complete request for that long (default 300, 0 = never)
           --config FILE            settings file (default $RPCD_CONFIG, else /etc/rpcd/rpcd.conf if present); flags win
-
-        Other commands:
-          rpcd check-config FILE   check a settings file; print the effective settings or FILE:LINE errors
 
         Example:
           rpcd serve --listen 127.0.0.1:7878
