@@ -1,0 +1,125 @@
+import Dispatch
+import Foundation
+import Testing
+@testable import RPCTransport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The transport alone, over a socketpair: no daemon, no entities.
+@Suite struct ConnectionTests {
+    /// Records what the connection reports; echoes each line back upper-cased.
+    final class Echo: ConnectionDelegate, @unchecked Sendable {
+        // @unchecked: touched on the connection's queue, read after `closed` is signalled.
+        var lines: [String] = []
+        var oversize: [Int] = []
+        var reason: Connection.CloseReason?
+        let closed = DispatchSemaphore(value: 0)
+
+        func connection(_ connection: Connection, didReceive line: UnsafeRawBufferPointer) {
+            let text = String(decoding: line, as: UTF8.self)
+            lines.append(text)
+            connection.send(Array((text.uppercased() + "\n").utf8))
+        }
+        func connection(_ connection: Connection, didReceiveOversizeLine length: Int) { oversize.append(length) }
+        func connectionDidClose(_ connection: Connection, reason: Connection.CloseReason) {
+            self.reason = reason
+            closed.signal()
+        }
+    }
+
+    /// A connected pair: the connection's end (non-blocking) and the test's end (blocking, 5 s timeouts).
+    func pair() throws -> (server: Int32, peer: Int32) {
+        var fds: [Int32] = [0, 0]
+        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
+        try Syscall.setNonBlocking(fds[0])
+        var timeout = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(fds[1], SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fds[1], SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        return (fds[0], fds[1])
+    }
+
+    func write(_ fd: Int32, _ text: String) {
+        let bytes = Array(text.utf8)
+        _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+    }
+
+    /// Everything the peer can read until EOF (or the 5 s timeout).
+    func readAll(_ fd: Int32) -> String {
+        var out: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n <= 0 { break }
+            out += buffer[0..<n]
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    @Test func linesInRepliesOutThenHalfCloseFinishes() throws {
+        let (server, peer) = try pair()
+        defer { close(peer) }
+        let echo = Echo()
+        let connection = Connection(
+            fd: server, id: 1, peer: nil, loop: EventLoop(label: "test"), limits: .init(), delegate: echo)
+        connection.start()
+        write(peer, "one\r\ntw")
+        write(peer, "o\n\nthree\n")
+        shutdown(peer, Int32(SHUT_WR))
+        #expect(readAll(peer) == "ONE\nTWO\nTHREE\n")
+        #expect(echo.closed.wait(timeout: .now() + 5) == .success)
+        #expect(echo.lines == ["one", "two", "three"])
+        #expect(echo.reason == .finished)
+    }
+
+    @Test func oversizeLineIsReportedAndTheNextServed() throws {
+        let (server, peer) = try pair()
+        defer { close(peer) }
+        let echo = Echo()
+        let connection = Connection(
+            fd: server, id: 2, peer: nil, loop: EventLoop(label: "test"),
+            limits: .init(maxFrameBytes: 8, maxOutputBytes: 1 << 20), delegate: echo)
+        connection.start()
+        write(peer, String(repeating: "x", count: 100) + "\nok\n")
+        shutdown(peer, Int32(SHUT_WR))
+        #expect(readAll(peer) == "OK\n")
+        #expect(echo.closed.wait(timeout: .now() + 5) == .success)
+        #expect(echo.oversize.count == 1)
+        #expect(echo.lines == ["ok"])
+    }
+
+    @Test func repliesLeaveInReservedOrder() throws {
+        let (server, peer) = try pair()
+        defer { close(peer) }
+        let echo = Echo()
+        let loop = EventLoop(label: "test")
+        let connection = Connection(fd: server, id: 3, peer: nil, loop: loop, limits: .init(), delegate: echo)
+        connection.start()
+        loop.queue.sync {
+            let slot = connection.reserve()
+            connection.send(Array("second\n".utf8))
+            connection.flush()
+            connection.fill(slot, with: Array("first\n".utf8))
+            connection.finish()
+        }
+        shutdown(peer, Int32(SHUT_WR))
+        #expect(readAll(peer) == "first\nsecond\n")
+        #expect(echo.closed.wait(timeout: .now() + 5) == .success)
+    }
+
+    @Test func peerThatDoesNotReadIsDroppedPastTheOutputCap() throws {
+        let (server, peer) = try pair()
+        defer { close(peer) }
+        let echo = Echo()
+        let connection = Connection(
+            fd: server, id: 4, peer: nil, loop: EventLoop(label: "test"),
+            limits: .init(maxFrameBytes: 1 << 20, maxOutputBytes: 64 << 10), delegate: echo)
+        connection.start()
+        // Requests whose replies the peer never reads: the socket buffer fills, then the cap.
+        let line = String(repeating: "y", count: 1000) + "\n"
+        // (Once the connection is closed these fail at once with EPIPE; a write never blocks past 5 s.)
+        for _ in 0..<2000 { write(peer, line) }
+        #expect(echo.closed.wait(timeout: .now() + 5) == .success)
+        if case .outputOverflow = echo.reason {} else { Issue.record("closed for \(String(describing: echo.reason))") }
+    }
+}
