@@ -61,27 +61,29 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     /// Serves on sockets that are already listening (socket activation). Logs `listening on HOST:PORT` for each.
     func listen(inherited fds: [Int32]) throws(Errno) {
         for fd in fds {
-            let listener = try Listener(
-                listening: fd, queue: acceptQueue,
-                onAccept: { [unowned self] fd, peer in self.accepted(fd, peer: peer) },
-                onError: { [log] message in log.warning(message) })
-            lock.withLock { listeners.append(listener) }
-            log.info("listening on \(listener.address) (socket from systemd)")
-            listener.start()
+            start(try Listener(listening: fd, queue: acceptQueue, onAccept: onAccept, onError: onListenerError), note: " (socket from systemd)")
         }
     }
 
     /// Binds every address (in order) and starts accepting. Logs `listening on HOST:PORT` for each.
     func listen(on addresses: [SocketAddress]) throws(Errno) {
         for address in addresses {
-            let listener = try Listener(
-                binding: address, queue: acceptQueue,
-                onAccept: { [unowned self] fd, peer in self.accepted(fd, peer: peer) },
-                onError: { [log] message in log.warning(message) })
-            lock.withLock { listeners.append(listener) }
-            log.info("listening on \(listener.address)")
-            listener.start()
+            start(try Listener(binding: address, queue: acceptQueue, onAccept: onAccept, onError: onListenerError), note: "")
         }
+    }
+
+    private func start(_ listener: Listener, note: String) {
+        lock.withLock { listeners.append(listener) }
+        log.info("listening on \(listener.address)\(note)")
+        listener.start()
+    }
+
+    private var onAccept: @Sendable (Int32, SocketAddress?) -> Void {
+        { [unowned self] fd, peer in self.accepted(fd, peer: peer) }
+    }
+
+    private var onListenerError: @Sendable (String) -> Void {
+        { [log] message in log.warning(message) }
     }
 
     private func accepted(_ fd: Int32, peer: SocketAddress?) {
