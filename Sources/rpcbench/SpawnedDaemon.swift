@@ -25,6 +25,7 @@ final class SpawnedDaemon: @unchecked Sendable {
         process.standardError = pipe
         let started = Date()
         try process.run()
+        Self.live.withLock { $0.append(process) }
         try? pipe.fileHandleForWriting.close()
         let reader = pipe.fileHandleForReading
         Thread.detachNewThread { [self] in
@@ -56,6 +57,16 @@ final class SpawnedDaemon: @unchecked Sendable {
 
     var pid: Int32 { process.processIdentifier }
 
+    /// Every daemon this process started, so none outlives rpcbench (`exit` skips `defer`).
+    private static let live = LockedProcesses()
+
+    /// Kills whatever is still running; installed with `atexit`.
+    static func killAll() {
+        live.withLock { processes in
+            for process in processes where process.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) }
+        }
+    }
+
     /// Resident set size of the daemon in KiB, from /proc.
     func rssKiB() -> Int {
         guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return 0 }
@@ -85,5 +96,18 @@ final class SpawnedDaemon: @unchecked Sendable {
     func kill() {
         if process.isRunning { Glibc.kill(pid, SIGKILL) }
         process.waitUntilExit()
+    }
+}
+
+/// The daemons started so far, behind a lock.
+final class LockedProcesses: @unchecked Sendable {
+    // @unchecked: `processes` is only touched with `lock` held.
+    private let lock = NSLock()
+    private var processes: [Process] = []
+
+    func withLock<T>(_ body: (inout [Process]) -> T) -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return body(&processes)
     }
 }

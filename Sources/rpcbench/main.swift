@@ -5,6 +5,7 @@ import Glibc
 #endif
 
 signal(SIGPIPE, SIG_IGN)
+atexit { SpawnedDaemon.killAll() }
 
 let options: Options
 do {
