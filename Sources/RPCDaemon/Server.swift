@@ -226,8 +226,6 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         }
     }
 
-    var connectionCount: Int { lock.withLock { connections.count } }
-
     // MARK: - The system entity
 
     private var uptime: Double { Double(DispatchTime.now().uptimeNanoseconds - startedAt) / 1e9 }

@@ -135,14 +135,18 @@ public final class Connection: @unchecked Sendable {
                 break
             }
             bytesIn &+= UInt64(n)
+            // The weak delegate is loaded once per read, and the clock read once per read that completed a line.
+            guard let delegate else { break }
+            var completedLine = false
             framer.feed(UnsafeRawBufferPointer(rebasing: loop.readBuffer[0..<n])) { frame in
-                guard closeReason == nil, let delegate else { return }
-                lastLineAt = DispatchTime.now().uptimeNanoseconds
+                guard closeReason == nil else { return }
+                completedLine = true
                 switch frame {
                 case .line(let line): delegate.connection(self, didReceive: line)
                 case .tooLarge(let length): delegate.connection(self, didReceiveOversizeLine: length)
                 }
             }
+            if completedLine { lastLineAt = DispatchTime.now().uptimeNanoseconds }
             if n < loop.readBuffer.count { break }
         }
         flush()
