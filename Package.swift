@@ -4,7 +4,7 @@ import PackageDescription
 // rpcd: a TCP RPC daemon. No package dependencies, by design: Foundation, Glibc, Dispatch and the
 // standard library only. Dependencies between modules point one way:
 //   RPCSchema <- RPCEntities <- RPCDaemon <- rpcd
-//   RPCTransport <- RPCClient, RPCDaemon
+//   CRPCLinux <- RPCTransport <- RPCClient, RPCDaemon
 let package = Package(
     name: "rpcd",
     platforms: [.macOS(.v13)],
@@ -17,7 +17,9 @@ let package = Package(
     targets: [
         .target(name: "RPCSchema"),
         .target(name: "RPCEntities", dependencies: ["RPCSchema"]),
-        .target(name: "RPCTransport"),
+        // Linux headers Glibc's module leaves out (epoll); empty elsewhere.
+        .target(name: "CRPCLinux"),
+        .target(name: "RPCTransport", dependencies: ["CRPCLinux"]),
         .target(name: "RPCClient", dependencies: ["RPCSchema", "RPCTransport"]),
         .target(name: "RPCDaemon", dependencies: ["RPCSchema", "RPCEntities", "RPCTransport", "RPCClient"]),
         .executableTarget(name: "rpcd", dependencies: ["RPCDaemon"]),

@@ -50,11 +50,11 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
     private var flushScheduled = false
     private var connectionCount: UInt64 = 0
 
-    init(address: SocketAddress, options: RPCClientOptions) {
+    init(address: SocketAddress, options: RPCClientOptions) throws(Errno) {
         self.address = address
         self.options = options
         self.handlers = RequestHandlers()
-        self.loop = EventLoop(label: "rpc.client", readBufferBytes: 64 * 1024)
+        self.loop = try EventLoop(label: "rpc.client", readBufferBytes: 64 * 1024)
     }
 
     // MARK: - Connecting
@@ -111,9 +111,11 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         }
         connectionCount += 1
         let limits = Connection.Limits(maxFrameBytes: options.maxFrameBytes, maxOutputBytes: options.maxOutputBytes)
-        let connection = Connection(fd: fd, id: connectionCount, peer: address, loop: loop, limits: limits, delegate: self)
+        // A reset after the daemon's last words (an `overloaded` error, say) still delivers them.
+        let connection = Connection(
+            fd: fd, id: connectionCount, peer: address, loop: loop, limits: limits, onReset: .deliver, delegate: self)
         state = .connected(connection)
-        // start() enqueues the sources' creation; the flush below is enqueued after it.
+        // start() enqueues the registration; the flush below is enqueued after it.
         connection.start()
         for chunk in outbox where chunk.ids.contains(where: { pending[$0] != nil }) {
             connection.send(chunk.bytes)
@@ -268,7 +270,7 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         case .finished: why = "the daemon closed the connection"
         case .error(let message): why = message
         case .outputOverflow(let bytes): why = "the daemon stopped reading (\(bytes) bytes of requests pending)"
-        case .closedByServer(let message): why = message
+        case .closedByServer(let message), .shed(let message): why = message
         }
         state = .idle(reason: why)
         failAll(.connectionClosed(address: "\(address)", method: nil, id: nil, reason: why))

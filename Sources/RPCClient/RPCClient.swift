@@ -41,7 +41,12 @@ public final class RPCClient: Sendable {
             throw RPCClientError.connectFailed(
                 address: address, reason: "not HOST:PORT with an IP address or localhost as HOST (names are not resolved)")
         }
-        let core = ClientCore(address: parsed, options: options)
+        let core: ClientCore
+        do {
+            core = try ClientCore(address: parsed, options: options)
+        } catch {
+            throw RPCClientError.connectFailed(address: address, reason: "could not create the client's event loop: \(error)")
+        }
         let result = await withCheckedContinuation { continuation in
             core.connect { continuation.resume(returning: $0) }
         }

@@ -73,7 +73,7 @@ final class LoopState: @unchecked Sendable {
 
     // MARK: - Idle timeout: one timer per loop, not one per connection
 
-    /// Closes connections with no complete request for `seconds`, checked a few times per period.
+    /// Closes connections with no I/O and nothing owed for `seconds`, checked a few times per period.
     func startIdleSweep(seconds: Double, log: Logger) {
         guard seconds > 0 else { return }
         loop.queue.async { [self] in
@@ -96,11 +96,13 @@ final class LoopState: @unchecked Sendable {
     private func sweep(seconds: Double, log: Logger) {
         loop.preconditionOnLoop()
         let now = DispatchTime.now().uptimeNanoseconds
-        let limit = UInt64(seconds * 1e9)
-        for connection in connections.values where !connection.isClosed && now &- connection.lastLineAt > limit {
+        // Clamped: a config value too large for nanoseconds means "practically never".
+        let limit = seconds * 1e9 < Double(UInt64.max / 2) ? UInt64(seconds * 1e9) : UInt64.max / 2
+        // Idle: nothing read or written for the period, and no reply owed (a slow reader is not idle).
+        for connection in connections.values where connection.isIdle(now: now, longerThan: limit) {
             idleClosed += 1
-            log.debug("connection \(connection.id): no complete request for \(ConfigValue.render(seconds: seconds)) s; closing")
-            connection.closeAfterFlush(.closedByServer("idle for more than \(ConfigValue.render(seconds: seconds)) s"))
+            log.debug("connection \(connection.id): no I/O for \(ConfigValue.render(seconds: seconds)) s and nothing owed; closing")
+            connection.close(.closedByServer("idle for more than \(ConfigValue.render(seconds: seconds)) s"))
         }
     }
 }

@@ -46,12 +46,18 @@ extension Daemon {
         journal.attach(dispatcher)
 
         // Listeners.
-        let server = Server(
-            dispatcher: dispatcher, durability: journal,
-            limits: Connection.Limits(maxFrameBytes: options.maxFrameBytes, maxOutputBytes: options.maxOutputBytes),
-            loopCount: ProcessInfo.processInfo.activeProcessorCount, log: log,
-            maxConnections: options.maxConnections, idleTimeout: options.idleTimeout,
-            journalStats: { journal.stats() })
+        let server: Server
+        do {
+            server = try Server(
+                dispatcher: dispatcher, durability: journal,
+                limits: Connection.Limits(maxFrameBytes: options.maxFrameBytes, maxOutputBytes: options.maxOutputBytes),
+                loopCount: ProcessInfo.processInfo.activeProcessorCount, log: log,
+                maxConnections: options.maxConnections, idleTimeout: options.idleTimeout,
+                journalStats: { journal.stats() })
+        } catch {
+            log.error("cannot start the event loops: \(error); raise the open-file limit (LimitNOFILE)")
+            return 1
+        }
         do {
             // Socket activation: serve systemd's sockets instead of binding `listen`.
             let inherited = try SocketActivation.takeListeners()

@@ -35,6 +35,9 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     private let loopStates: [LoopState]
     private let system: SystemMethods
 
+    /// Unfinished lines all peers together may hold before the largest holders are shed.
+    static let defaultMaxInputBytes = 256 << 20
+
     /// Per-connection state kept in `Connection.context`.
     private final class SessionBox {
         var session = Dispatcher.Session()
@@ -43,12 +46,19 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
 
     init(
         dispatcher: Dispatcher, durability: (any MutationLog)?, limits: Connection.Limits, loopCount: Int, log: Logger,
-        maxConnections: Int = 0, idleTimeout: Double = 0, journalStats: (@Sendable () -> JournalStats)? = nil
-    ) {
+        maxConnections: Int = 0, idleTimeout: Double = 0, maxInputBytes: Int = Server.defaultMaxInputBytes,
+        journalStats: (@Sendable () -> JournalStats)? = nil
+    ) throws(Errno) {
         self.dispatcher = dispatcher
         self.durability = durability
         self.limits = limits
-        self.loops = EventLoopGroup(count: loopCount)
+        self.loops = try EventLoopGroup(count: loopCount)
+        // The daemon-wide budget for unfinished lines, split evenly over the loops (connections
+        // are dealt round-robin), so each loop checks its share without a lock.
+        let share = max(1, maxInputBytes / loops.loops.count)
+        for loop in loops.loops {
+            loop.inputBudget = share
+        }
         self.log = log
         self.maxConnections = maxConnections
         self.idleTimeout = idleTimeout
@@ -138,8 +148,10 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         box.scratch.removeAll(keepingCapacity: true)
         let stats = loopState(connection)
         let disposition: Dispatcher.Disposition
+        var requestID = ""
         switch RequestCodec.decode(line) {
         case .request(let request):
+            requestID = request.id
             if box.session.form == nil { box.session.form = request.form }
             let form = box.session.form ?? .canonical
             if request.method.entity == SystemMethods.entity {
@@ -158,7 +170,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         case .none:
             break
         case .reply:
-            connection.send(box.scratch)
+            send(box.scratch, id: requestID, on: connection, box: box)
         case .replyAfter(let ticket, let id):
             let slot = connection.reserve()
             let reply = box.scratch
@@ -174,6 +186,19 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
                 }
             }
         }
+    }
+
+    /// Sends a reply, or, when it alone is past the output cap, an error that says to page: a
+    /// reader always gets its one reply, and the connection stays open.
+    private func send(_ reply: [UInt8], id: String, on connection: Connection, box: SessionBox) {
+        let cap = connection.limits.maxOutputBytes
+        guard reply.count > cap else { return connection.send(reply) }
+        connection.send { out in
+            RequestCodec.encodeError(
+                id: id, .replyTooLarge("the reply is \(reply.count) bytes, over this daemon's \(cap)-byte output cap (max_output_bytes); ask for less, e.g. list with a smaller \"limit\" and page with \"after\""),
+                form: box.session.form ?? .canonical, into: &out)
+        }
+        log.warning("connection \(connection.id): a reply of \(reply.count) bytes passed the output cap (\(cap)); sent replyTooLarge instead")
     }
 
     func connection(_ connection: Connection, didReceiveOversizeLine length: Int) {
@@ -192,7 +217,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         switch reason {
         case .finished, .closedByServer: log.debug("connection \(connection.id) closed: \(reason)")
         case .error: log.debug("connection \(connection.id) closed: \(reason)")
-        case .outputOverflow: log.warning("connection \(connection.id) dropped: \(reason)")
+        case .outputOverflow, .shed: log.warning("connection \(connection.id) from \(connection.peer.map { "\($0)" } ?? "?") dropped: \(reason)")
         }
         let idle: (@Sendable () -> Void)? = lock.withLock {
             connections[connection.id] = nil
@@ -237,16 +262,16 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         stats.count(SystemMethods.serves(request.method) ? request.method : LoopState.unknownMethod, failed: error != nil)
         if let error {
             RequestCodec.encodeError(id: request.id, error, form: form, into: &box.scratch)
-            return connection.send(box.scratch)
+            return send(box.scratch, id: request.id, on: connection, box: box)
         }
         switch request.method {
         case SystemPing.method:
             let reply = PingResult(version: CommandLineParser.version, uptimeSeconds: uptime)
             RequestCodec.encode(id: request.id, method: request.method.result, param: SystemMethods.encode(reply), form: form, into: &box.scratch)
-            connection.send(box.scratch)
+            send(box.scratch, id: request.id, on: connection, box: box)
         case SystemDescribe.method:
             RequestCodec.encode(id: request.id, method: request.method.result, param: system.description, form: form, into: &box.scratch)
-            connection.send(box.scratch)
+            send(box.scratch, id: request.id, on: connection, box: box)
         default:
             let slot = connection.reserve()
             collectStats { result in

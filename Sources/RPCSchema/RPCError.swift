@@ -23,12 +23,14 @@ public struct RPCErrorCode: RawRepresentable, Hashable, Sendable, Codable, Custo
     public static let frameTooLarge = RPCErrorCode("frameTooLarge")
     /// The daemon refuses work it cannot take now (too many connections).
     public static let overloaded = RPCErrorCode("overloaded")
+    /// One reply would pass the connection's output cap (`max_output_bytes`); ask for less (page lists).
+    public static let replyTooLarge = RPCErrorCode("replyTooLarge")
     /// The daemon failed; the message says why.
     public static let `internal` = RPCErrorCode("internal")
 
     public static let all: [RPCErrorCode] = [
         .parseError, .invalidRequest, .methodNotFound, .invalidParams, .notFound, .conflict,
-        .frameTooLarge, .overloaded, .internal,
+        .frameTooLarge, .overloaded, .replyTooLarge, .internal,
     ]
 
     public var description: String { rawValue }
@@ -62,5 +64,6 @@ public struct RPCError: Error, Hashable, Sendable, Codable, CustomStringConverti
     public static func conflict(_ message: String) -> RPCError { RPCError(.conflict, message) }
     public static func frameTooLarge(_ message: String) -> RPCError { RPCError(.frameTooLarge, message) }
     public static func overloaded(_ message: String) -> RPCError { RPCError(.overloaded, message) }
+    public static func replyTooLarge(_ message: String) -> RPCError { RPCError(.replyTooLarge, message) }
     public static func `internal`(_ message: String) -> RPCError { RPCError(.internal, message) }
 }

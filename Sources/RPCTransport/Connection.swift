@@ -15,10 +15,10 @@ public protocol ConnectionDelegate: AnyObject, Sendable {
     func connectionDidClose(_ connection: Connection, reason: Connection.CloseReason)
 }
 
-/// One TCP peer: a non-blocking fd driven by a read and a write Dispatch source on a loop queue,
-/// a line framer, and a bounded outbound buffer whose replies leave in the order they were reserved.
+/// One peer: a non-blocking fd registered with its loop's epoll set, a line framer, and a bounded
+/// outbound buffer whose replies leave in the order they were reserved.
 public final class Connection: @unchecked Sendable {
-    // @unchecked: every `var` below is touched only on `loop.queue` (checked with dispatchPrecondition).
+    // @unchecked: every `var` below is touched only on `loop.queue` (checked with preconditionOnLoop).
 
     public enum CloseReason: Sendable, Equatable, CustomStringConvertible {
         /// The peer half-closed and every reply was sent.
@@ -29,6 +29,8 @@ public final class Connection: @unchecked Sendable {
         case outputOverflow(Int)
         /// Closed by the owner (shutdown, idle timeout, overload).
         case closedByServer(String)
+        /// Closed by its loop to keep the loop's unfinished input within its budget.
+        case shed(String)
 
         public var description: String {
             switch self {
@@ -36,6 +38,7 @@ public final class Connection: @unchecked Sendable {
             case .error(let message): return message
             case .outputOverflow(let bytes): return "peer stopped reading; \(bytes) bytes of replies pending passed the output cap"
             case .closedByServer(let why): return why
+            case .shed(let why): return why
             }
         }
     }
@@ -49,6 +52,18 @@ public final class Connection: @unchecked Sendable {
         }
     }
 
+    /// What to do with bytes still queued when the peer resets.
+    public enum OnReset: Sendable {
+        /// Drop them: nobody is left to answer (a server).
+        case drop
+        /// Read and deliver them first: they may be the peer's last words, e.g. an error (a client).
+        case deliver
+    }
+
+    /// Output past which replies are pushed to the socket after each line, not once per read:
+    /// a peer that is gone is then noticed after one large reply, not after computing all of them.
+    static let eagerFlushBytes = 64 * 1024
+
     public let id: UInt64
     public let loop: EventLoop
     public let peer: SocketAddress?
@@ -56,23 +71,23 @@ public final class Connection: @unchecked Sendable {
     public var queue: DispatchQueue { loop.queue }
     /// The owner's per-connection state (e.g. the wire form of the first request).
     public var context: AnyObject?
-    /// Uptime (in nanoseconds) of the last complete line; for idle timeouts.
-    public private(set) var lastLineAt: UInt64
+    /// Uptime (in nanoseconds) of the last byte read or written; for idle timeouts.
+    public private(set) var lastActivityAt: UInt64
     /// Bytes read from and sent to the peer (for statistics). Read on the loop queue.
     public private(set) var bytesIn: UInt64 = 0
     public private(set) var bytesOut: UInt64 = 0
 
     private let fd: Int32
+    private let onReset: OnReset
     private weak var delegate: (any ConnectionDelegate)?
     private var framer: LineFramer
+    /// The framer's unfinished input as last reported to the loop's budget.
+    private var reportedInput = 0
     private var outbound = OutboundBuffer()
-    private var readSource: (any DispatchSourceRead)?
-    private var writeSource: (any DispatchSourceWrite)?
-    private var writeSourceResumed = false
-    /// Sources whose cancel handler has not run yet; the fd is closed when this reaches 0.
-    private var liveSources = 0
+    /// The loop's name for this fd; 0 until registered.
+    private var token: UInt64 = 0
+    private var interest: IOInterest = []
     private var readClosed = false
-    private var fdClosed = false
     private var closeReason: CloseReason?
     /// Replies that must wait for an earlier reserved one: oldest first.
     private var held: [(slot: UInt64, bytes: [UInt8]?)] = []
@@ -80,48 +95,77 @@ public final class Connection: @unchecked Sendable {
     private var nextSlot: UInt64 = 0
 
     /// Takes ownership of `fd` (non-blocking). Call `start()` to begin reading.
-    public init(fd: Int32, id: UInt64, peer: SocketAddress?, loop: EventLoop, limits: Limits, delegate: any ConnectionDelegate) {
+    public init(
+        fd: Int32, id: UInt64, peer: SocketAddress?, loop: EventLoop, limits: Limits, onReset: OnReset = .drop,
+        delegate: any ConnectionDelegate
+    ) {
         self.fd = fd
         self.id = id
         self.peer = peer
         self.loop = loop
         self.limits = limits
+        self.onReset = onReset
         self.delegate = delegate
         self.framer = LineFramer(maxFrameBytes: limits.maxFrameBytes)
-        self.lastLineAt = DispatchTime.now().uptimeNanoseconds
+        self.lastActivityAt = DispatchTime.now().uptimeNanoseconds
     }
 
     deinit {
-        assert(closeReason != nil || liveSources == 0, "connection \(id) released with its fd open")
+        assert(closeReason != nil || token == 0, "connection \(id) released with its fd open")
     }
 
     public var isClosed: Bool { closeReason != nil }
 
-    /// Starts the read source. Call once, from anywhere; work happens on the loop queue.
+    /// Bytes of an unfinished line held for this peer.
+    var bufferedInputBytes: Int { framer.bufferedByteCount }
+
+    /// Nothing read or written for longer than `nanoseconds`, and no reply owed: safe to close
+    /// without cutting a reply short. Call on the loop queue.
+    public func isIdle(now: UInt64, longerThan nanoseconds: UInt64) -> Bool {
+        loop.preconditionOnLoop()
+        return closeReason == nil && held.isEmpty && outbound.isEmpty && now &- lastActivityAt > nanoseconds
+    }
+
+    /// Registers with the loop and starts reading. Call once, from anywhere; work happens on the loop queue.
     public func start() {
         queue.async { self.startOnLoop() }
     }
 
     private func startOnLoop() {
         loop.preconditionOnLoop()
-        let read = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        read.setEventHandler { [unowned self] in self.readable() }
-        read.setCancelHandler { [self] in self.sourceCancelled() }
-        let write = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
-        write.setEventHandler { [unowned self] in self.writable() }
-        write.setCancelHandler { [self] in self.sourceCancelled() }
-        readSource = read
-        writeSource = write
-        liveSources = 2
-        read.resume()
+        guard closeReason == nil else { return }
+        do {
+            interest = .read
+            token = try loop.register(fd, interest: interest, self)
+        } catch {
+            token = 0
+            close(.error("could not watch the socket: \(error)"))
+        }
+    }
+
+    /// What the loop saw for this fd in this turn.
+    func ready(_ events: IOEvents) {
+        if events.contains(.reset) {
+            // Reset, or an error is pending: whatever is still queued has nobody to answer (a
+            // server), or may be the peer's last words (a client).
+            if onReset == .deliver && !readClosed { read(untilEOF: true) }
+            if closeReason == nil { close(.error("connection reset by peer")) }
+            return
+        }
+        if events.contains(.writable) { flush() }
+        if events.contains(.readable) && closeReason == nil && !readClosed {
+            read(untilEOF: events.contains(.readHangup))
+        }
     }
 
     // MARK: - Reading
 
-    private func readable() {
+    /// Reads and serves what is queued. Once the peer's FIN is known (`untilEOF`), reads on to EOF;
+    /// otherwise a short read means the queue is empty (level-triggered: a turn comes back for more).
+    private func read(untilEOF: Bool) {
         loop.preconditionOnLoop()
-        // A few reads per event, then yield to the other connections of this loop (level-triggered: we come back).
-        for _ in 0..<4 where closeReason == nil && !readClosed {
+        // A few reads per turn, then yield to the other connections of this loop.
+        for _ in 0..<16 where closeReason == nil && !readClosed {
             let result: IOResult<Int>
             do {
                 result = try Syscall.read(fd, into: loop.readBuffer)
@@ -135,21 +179,29 @@ public final class Connection: @unchecked Sendable {
                 break
             }
             bytesIn &+= UInt64(n)
-            // The weak delegate is loaded once per read, and the clock read once per read that completed a line.
+            lastActivityAt = loop.now
             guard let delegate else { break }
-            var completedLine = false
             framer.feed(UnsafeRawBufferPointer(rebasing: loop.readBuffer[0..<n])) { frame in
                 guard closeReason == nil else { return }
-                completedLine = true
                 switch frame {
                 case .line(let line): delegate.connection(self, didReceive: line)
                 case .tooLarge(let length): delegate.connection(self, didReceiveOversizeLine: length)
                 }
+                if outbound.count >= Self.eagerFlushBytes { flush() }
             }
-            if completedLine { lastLineAt = DispatchTime.now().uptimeNanoseconds }
-            if n < loop.readBuffer.count { break }
+            reportInput()
+            if n < loop.readBuffer.count && !untilEOF { break }
         }
         flush()
+    }
+
+    /// Tells the loop how much unfinished input this peer holds now (the daemon-wide budget).
+    private func reportInput() {
+        let now = closeReason == nil ? framer.bufferedByteCount : 0
+        guard now != reportedInput else { return }
+        let delta = now - reportedInput
+        reportedInput = now
+        loop.inputChanged(by: delta)
     }
 
     /// Stops reading, sends every reply already owed, then closes (graceful shutdown). Call from anywhere.
@@ -164,9 +216,23 @@ public final class Connection: @unchecked Sendable {
     /// EOF: stop reading, finish the replies, then close.
     private func peerFinished() {
         readClosed = true
-        readSource?.cancel()
-        readSource = nil
+        updateInterest()
         closeIfFinished()
+    }
+
+    /// Watches for reads until EOF, and for writability only while bytes wait (a level-triggered
+    /// EPOLLOUT with nothing to write would wake the loop forever; so would EPOLLIN after EOF).
+    private func updateInterest() {
+        guard token != 0, closeReason == nil else { return }
+        var wanted: IOInterest = readClosed ? [] : .read
+        if !outbound.isEmpty { wanted.insert(.write) }
+        guard wanted != interest else { return }
+        do {
+            try loop.reregister(fd, token: token, interest: wanted)
+            interest = wanted
+        } catch {
+            close(.error("could not watch the socket: \(error)"))
+        }
     }
 
     // MARK: - Writing
@@ -227,11 +293,12 @@ public final class Connection: @unchecked Sendable {
         flush()
     }
 
-    /// Writes what can be written now; arms the write source for the rest.
+    /// Writes what can be written now; watches for writability for the rest.
     public func flush() {
         loop.preconditionOnLoop()
         guard closeReason == nil else { return }
         let result: OutboundBuffer.FlushResult
+        let sentBefore = bytesOut
         do {
             result = try outbound.flush { bytes throws(Errno) in
                 let sent = try Syscall.send(fd, bytes)
@@ -243,25 +310,10 @@ public final class Connection: @unchecked Sendable {
             close(.error(reset ? "peer closed before reading its replies" : "\(error)"))
             return
         }
-        switch result {
-        case .pending:
-            if !writeSourceResumed {
-                writeSourceResumed = true
-                writeSource?.resume()
-            }
-        case .flushed:
-            // A resumed write source with nothing to write spins: EPOLLOUT is level-triggered.
-            if writeSourceResumed {
-                writeSourceResumed = false
-                writeSource?.suspend()
-            }
-            closeIfFinished()
-        }
-    }
-
-    private func writable() {
-        loop.preconditionOnLoop()
-        flush()
+        // Outside a turn (a reply released by an fsync) the loop's clock is stale: read the time.
+        if bytesOut != sentBefore { lastActivityAt = DispatchTime.now().uptimeNanoseconds }
+        updateInterest()
+        if result == .flushed { closeIfFinished() }
     }
 
     private func checkOutputCap() {
@@ -282,15 +334,15 @@ public final class Connection: @unchecked Sendable {
         closeReason = reason
         held.removeAll()
         heldBytes = 0
-        readSource?.cancel()
-        readSource = nil
-        if let write = writeSource {
-            write.cancel()
-            // A suspended source must be resumed to be released; cancelled first, so its handler never runs.
-            if !writeSourceResumed { write.resume() }
-            writeSource = nil
-        }
-        if liveSources == 0 { finishClose() }
+        outbound = OutboundBuffer()
+        reportInput()
+        // Out of the set before the fd is closed: no later turn can report this fd, or a new
+        // connection that reuses its number, to this connection.
+        if token != 0 { loop.deregister(fd, token: token) }
+        Syscall.close(fd)
+        delegate?.connectionDidClose(self, reason: reason)
+        delegate = nil
+        context = nil
     }
 
     /// Sends what is pending (up to what the peer takes now), then closes: for a last error line.
@@ -298,21 +350,5 @@ public final class Connection: @unchecked Sendable {
         loop.preconditionOnLoop()
         flush()
         close(reason)
-    }
-
-    private func sourceCancelled() {
-        loop.preconditionOnLoop()
-        liveSources -= 1
-        if liveSources == 0 && closeReason != nil { finishClose() }
-    }
-
-    /// Only after both cancel handlers ran: no stale epoll registration can outlive the fd.
-    private func finishClose() {
-        guard let reason = closeReason, !fdClosed else { return }
-        fdClosed = true
-        Syscall.close(fd)
-        delegate?.connectionDidClose(self, reason: reason)
-        delegate = nil
-        context = nil
     }
 }

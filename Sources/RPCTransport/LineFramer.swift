@@ -55,9 +55,11 @@ public struct LineFramer: Sendable {
         _ chunk: UnsafeRawBufferPointer, from start: Int, to end: Int, _ emit: (Frame) throws -> Void
     ) rethrows {
         guard !discarding else { return }
+        // Both terms are sizes of bytes in memory: their sum cannot overflow. `length - 1` cannot
+        // either, where `maxFrameBytes + 1` would for a limit of Int.max.
         let length = partial.count + (end - start)
         // One byte more than the limit may still be the `\r` of a `\r\n` that ends a line of exactly the limit.
-        if length > maxFrameBytes + 1 {
+        if length - 1 > maxFrameBytes {
             partial.removeAll(keepingCapacity: false)
             discarding = true
             try emit(.tooLarge(length: length))

@@ -61,7 +61,7 @@ import Glibc
         defer { close(peer) }
         let echo = Echo()
         let connection = Connection(
-            fd: server, id: 1, peer: nil, loop: EventLoop(label: "test"), limits: .init(), delegate: echo)
+            fd: server, id: 1, peer: nil, loop: try EventLoop(label: "test"), limits: .init(), delegate: echo)
         connection.start()
         write(peer, "one\r\ntw")
         write(peer, "o\n\nthree\n")
@@ -77,7 +77,7 @@ import Glibc
         defer { close(peer) }
         let echo = Echo()
         let connection = Connection(
-            fd: server, id: 2, peer: nil, loop: EventLoop(label: "test"),
+            fd: server, id: 2, peer: nil, loop: try EventLoop(label: "test"),
             limits: .init(maxFrameBytes: 8, maxOutputBytes: 1 << 20), delegate: echo)
         connection.start()
         write(peer, String(repeating: "x", count: 100) + "\nok\n")
@@ -92,7 +92,7 @@ import Glibc
         let (server, peer) = try pair()
         defer { close(peer) }
         let echo = Echo()
-        let loop = EventLoop(label: "test")
+        let loop = try EventLoop(label: "test")
         let connection = Connection(fd: server, id: 3, peer: nil, loop: loop, limits: .init(), delegate: echo)
         connection.start()
         loop.queue.sync {
@@ -112,7 +112,7 @@ import Glibc
         defer { close(peer) }
         let echo = Echo()
         let connection = Connection(
-            fd: server, id: 4, peer: nil, loop: EventLoop(label: "test"),
+            fd: server, id: 4, peer: nil, loop: try EventLoop(label: "test"),
             limits: .init(maxFrameBytes: 1 << 20, maxOutputBytes: 64 << 10), delegate: echo)
         connection.start()
         // Requests whose replies the peer never reads: the socket buffer fills, then the cap.
