@@ -98,3 +98,19 @@ private func frames(_ chunks: [[UInt8]], max: Int = 64) -> [String] {
         #expect(lines == ["{}"])
     }
 }
+
+@Suite struct LineFramerLimitEdgeTests {
+    @Test("a limit of Int.max cannot overflow when a line is split across chunks")
+    func hugeLimitSplitLine() {
+        var framer = LineFramer(maxFrameBytes: Int.max)
+        var lines: [String] = []
+        for chunk in ["{\"id\":", "\"1\"}", "\n"] {
+            Array(chunk.utf8).withUnsafeBytes { raw in
+                framer.feed(raw) { frame in
+                    if case .line(let line) = frame { lines.append(String(decoding: line, as: UTF8.self)) }
+                }
+            }
+        }
+        #expect(lines == [#"{"id":"1"}"#])
+    }
+}
