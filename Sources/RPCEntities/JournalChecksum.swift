@@ -82,7 +82,10 @@ extension JournalRecord {
         }
         if let nul = tail.firstIndex(of: 0) {
             let run = tail[nul...].prefix { $0 == 0 }.count
-            return "\(count) bytes with no newline at the end of the file hold \(run == count ? "only" : "\(run)") NUL bytes (from byte \(nul) of them): damage, not a record cut short"
+            if run == count {
+                return "\(count) bytes with no newline at the end of the file are all NUL bytes (blocks a file system left unwritten?): damage, not a record cut short"
+            }
+            return "\(count) bytes with no newline at the end of the file hold \(run) NUL bytes from byte \(nul) of them: damage, not a record cut short"
         }
         if let control = tail.firstIndex(where: { $0 < 0x20 }) {
             return "\(count) bytes with no newline at the end of the file hold the control byte 0x\(String(tail[control], radix: 16)) at byte \(control) of them: damage, not a record cut short"

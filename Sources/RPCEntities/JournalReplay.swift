@@ -263,19 +263,17 @@ public struct JournalReplay {
         return (start, 0, number, nil)
     }
 
-    /// How many complete lines after the line starting at `offset` are intact records (they
-    /// decode, and their checksum matches if they have one), and the number of the first, counting
-    /// from `firstLine` for the line at `offset`. `rpcd repair` cuts without `--force` only when
-    /// none follow.
-    public static func intactRecords(_ bytes: UnsafeRawBufferPointer, after offset: Int, line firstLine: Int) -> (count: Int, firstLine: Int?) {
-        guard offset < bytes.count, let end = bytes[offset...].firstIndex(of: UInt8(ascii: "\n")) else { return (0, nil) }
+    /// How many complete lines from `offset` on are intact records (they decode, and their
+    /// checksum matches if they have one), and the offset of the first. `rpcd repair` cuts
+    /// without `--force` only when none follow the damage.
+    public static func intactRecords(_ bytes: UnsafeRawBufferPointer, from offset: Int = 0) -> (count: Int, firstOffset: Int?) {
+        guard offset < bytes.count else { return (0, nil) }
         var count = 0
         var first: Int?
-        let rest = UnsafeRawBufferPointer(rebasing: bytes[(end + 1)...])
-        _ = forEachLine(rest) { line, number, _ in
+        _ = forEachLine(UnsafeRawBufferPointer(rebasing: bytes[offset...])) { line, _, start in
             if case .success = JournalRecord.fields(line) {
                 count += 1
-                if first == nil { first = firstLine + number }
+                if first == nil { first = offset + start }
             }
             return nil
         }

@@ -199,16 +199,17 @@ struct JournalDamageTests {
         var bytes = Self.journal
         let second = Self.records[0].utf8.count
         bytes[second + 10] ^= 0x01
+        let third = second + Self.records[1].utf8.count
         bytes.withUnsafeBytes { raw in
-            let after = JournalReplay.intactRecords(raw, after: second, line: 2)
-            #expect(after.count == 1 && after.firstLine == 3, "\(after)")
-            let last = Self.records[0].utf8.count + Self.records[1].utf8.count
-            #expect(JournalReplay.intactRecords(raw, after: last, line: 3).count == 0)
+            let after = JournalReplay.intactRecords(raw, from: second + Self.records[1].utf8.count)
+            #expect(after.count == 1 && after.firstOffset == third, "\(after)")
+            #expect(JournalReplay.intactRecords(raw).count == 2)
+            #expect(JournalReplay.intactRecords(raw, from: bytes.count).count == 0)
         }
         // Damage that runs to the end: nothing intact follows.
         let nulTail = Array(Self.records[0].utf8) + [UInt8](repeating: 0, count: 100) + [0x0A] + [UInt8](repeating: 0, count: 50)
         nulTail.withUnsafeBytes { raw in
-            #expect(JournalReplay.intactRecords(raw, after: second, line: 2).count == 0)
+            #expect(JournalReplay.intactRecords(raw, from: second).count == 0)
         }
     }
 }
