@@ -97,6 +97,8 @@ struct JournalChecksumTests {
         #expect(Array(lines.prefix(3)) == old)
         #expect(lines[3] == JournalSupport.sealed(#"{"id":"r0","method":"user.createUser","param":{"id":"v0","name":"User 0","email":"v0@example.com"},"seq":4"#))
 
+        let check = try runProcess(try Binaries.rpcd(), ["journal", "check", "--data-dir", dir.path])
+        #expect(check.status == 0 && check.stdout.contains("3 lines written before checksums"), "check: \(check.stdout) \(check.stderr)")
         let second = try DaemonProcess(dataDir: dir)
         defer { second.stop() }
         #expect(try JournalSupport.userIDs(port: second.port) == ["u1", "u2", "v0"], "stderr: \(second.stderrTail())")
