@@ -1,4 +1,5 @@
 import Foundation
+import RPCEntities
 import Testing
 
 #if canImport(Glibc)
@@ -102,5 +103,15 @@ struct JournalChecksumTests {
         let second = try DaemonProcess(dataDir: dir)
         defer { second.stop() }
         #expect(try JournalSupport.userIDs(port: second.port) == ["u1", "u2", "v0"], "stderr: \(second.stderrTail())")
+    }
+
+    @Test("README's example journal line is sealed as README says")
+    func readmeExample() throws {
+        let root = try #require(packageRoot(), "no Package.swift above \(#filePath)")
+        let readme = try String(contentsOf: root.appendingPathComponent("README.md"), encoding: .utf8)
+        let example = try #require(readme.split(separator: "\n").first { $0.hasPrefix(#"{"id":"7""#) && $0.contains(#""crc":""#) })
+        let covered = String(example[..<example.range(of: #","crc":""#)!.lowerBound])
+        #expect(JournalSupport.sealed(covered) == example)
+        #expect(Array(example.utf8).withUnsafeBytes { JournalRecord.checksum(of: $0) } == .valid)
     }
 }
