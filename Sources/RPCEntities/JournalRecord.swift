@@ -94,6 +94,28 @@ public enum JournalRecord {
 
     static let misplacedChecksum = #""crc" is not the line's checksum: a sealed line ends with ,"crc":"<8 lowercase hex digits>"}"#
 
+    /// A record line of a journal or snapshot, decoded, for tools (`rpcd journal dump`).
+    public struct Line: Sendable {
+        /// 1-based line number in its file.
+        public var number: Int
+        public var request: Request
+        /// nil for snapshot records.
+        public var seq: UInt64?
+    }
+
+    /// Calls `body` with each record of a file that replayed (verify it with `JournalReplay`
+    /// first): lines that are not records, such as a snapshot's header, and a torn last line are
+    /// skipped. `body` returns false to stop.
+    public static func forEachRecord(in bytes: UnsafeRawBufferPointer, _ body: (Line) -> Bool) {
+        _ = JournalReplay.forEachLine(bytes) { line, number, offset in
+            guard case .success(let record) = decode(line) else { return nil }
+            guard body(Line(number: number, request: record.request, seq: record.seq)) else {
+                return JournalReplay.Failure(line: number, offset: offset, reason: "stopped", kind: .damaged)
+            }
+            return nil
+        }
+    }
+
     static func appendDecimal(_ value: UInt64, into out: inout [UInt8]) {
         guard value > 0 else { return out.append(UInt8(ascii: "0")) }
         var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,

@@ -280,27 +280,3 @@ public struct JournalReplay {
         return (count, first)
     }
 }
-
-extension JournalRecord {
-    /// A record line of a journal or snapshot, decoded, for tools (`rpcd journal dump`).
-    public struct Line: Sendable {
-        /// 1-based line number in its file.
-        public var number: Int
-        public var request: Request
-        /// nil for snapshot records.
-        public var seq: UInt64?
-    }
-
-    /// Calls `body` with each record of a file that replayed (verify it with `JournalReplay`
-    /// first): lines that are not records, such as a snapshot's header, and a torn last line are
-    /// skipped. `body` returns false to stop.
-    public static func forEachRecord(in bytes: UnsafeRawBufferPointer, _ body: (Line) -> Bool) {
-        _ = JournalReplay.forEachLine(bytes) { line, number, offset in
-            guard case .success(let record) = decode(line) else { return nil }
-            guard body(Line(number: number, request: record.request, seq: record.seq)) else {
-                return JournalReplay.Failure(line: number, offset: offset, reason: "stopped", kind: .damaged)
-            }
-            return nil
-        }
-    }
-}
