@@ -56,7 +56,15 @@ public enum CommandLineParser {
                                            send one request, print its counter-request (exit 0 result,
                                            1 error.error, 2 usage, connection error or timeout)
           rpcd check-config FILE           check a settings file; print the effective settings or FILE:LINE errors
-          rpcd repair [--data-dir DIR]     cut a damaged journal at its first bad line (keeps a backup)
+          rpcd repair [--data-dir DIR] [--force]
+                                           cut the damage out of a journal (keeps a backup); intact records
+                                           after it, or an intact line out of sequence, need --force
+          rpcd journal check [--data-dir DIR]
+                                           verify checksums and sequence numbers of snapshot and journals:
+                                           print the first problem as FILE:LINE: reason (exit 1) or a summary
+          rpcd journal dump [--data-dir DIR] [--from-seq N] [--ndjson]
+                                           print the records as request lines to pipe into nc (--ndjson: one
+                                           object per record with seq, file, line, id, method, param)
           rpcd --version                   print the version
           rpcd --help                      print this help
 

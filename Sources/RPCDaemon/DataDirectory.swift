@@ -17,10 +17,12 @@ final class DataDirectory: @unchecked Sendable {
     let path: String
     private let lockFD: Int32
 
-    var journal: String { path + "/journal.jsonl" }
-    var nextJournal: String { path + "/journal.next.jsonl" }
-    var snapshot: String { path + "/snapshot.jsonl" }
-    var snapshotTemp: String { path + "/snapshot.tmp" }
+    /// The file names, for readers that do not lock (`rpcd journal check|dump`).
+    var files: DataFiles { DataFiles(path: path) }
+    var journal: String { files.journal }
+    var nextJournal: String { files.nextJournal }
+    var snapshot: String { files.snapshot }
+    var snapshotTemp: String { files.snapshotTemp }
     var lockFile: String { path + "/LOCK" }
 
     /// Why the directory cannot be used: one line, saying what to do.
@@ -71,5 +73,24 @@ final class DataDirectory: @unchecked Sendable {
             FileIO.close(lockFD)
             throw OpenError(description: "data directory \(path) is not writable (\(error)); fix its permissions, or pass another --data-dir")
         }
+    }
+}
+
+/// The names of a data directory's files, without opening or locking anything.
+struct DataFiles: Sendable {
+    let path: String
+
+    var journal: String { path + "/journal.jsonl" }
+    var nextJournal: String { path + "/journal.next.jsonl" }
+    var snapshot: String { path + "/snapshot.jsonl" }
+    var snapshotTemp: String { path + "/snapshot.tmp" }
+
+    /// The journals in replay order.
+    var journals: [String] { [journal, nextJournal] }
+
+    /// Whether `path` is an existing directory (tools that must not create it check first).
+    var exists: Bool {
+        var isDirectory: ObjCBool = false
+        return FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) && isDirectory.boolValue
     }
 }

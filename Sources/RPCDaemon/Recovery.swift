@@ -15,50 +15,92 @@ struct Recovery {
     var snapshotBytes: Int
     /// A compaction was cut short (journal.next.jsonl exists): finish it before serving.
     var unfinishedCompaction: Bool
+    /// What each existing file held, in replay order (for `rpcd journal check|dump`).
+    var files: [(path: String, outcome: JournalReplay.FileOutcome)]
+    /// The snapshot's sequence number, if there is a snapshot.
+    var snapshotSeq: UInt64?
 
     /// Why the start stops: one line, `FILE:LINE: reason` and what to do.
     struct Failure: Error, CustomStringConvertible {
         var description: String
+        /// `FILE:LINE: reason` alone, without the advice.
+        var problem: String
         /// The damaged file, its line and the byte offset of that line (for `rpcd repair`).
         var file: String?
         var line = 0
         var offset = 0
+        var kind: JournalReplay.Failure.Kind?
+
+        init(description: String) {
+            self.description = description
+            self.problem = description
+        }
+
+        init(file: String, _ failure: JournalReplay.Failure, advice: String) {
+            problem = "\(file):\(failure.line): \(failure.reason)"
+            description = "\(problem); \(advice)"
+            self.file = file
+            line = failure.line
+            offset = failure.offset
+            kind = failure.kind
+        }
     }
 
-    /// Replays snapshot.jsonl, journal.jsonl and journal.next.jsonl. An incomplete last line of a
-    /// journal is cut off with a warning; `repairing` skips that (repair reports it instead).
-    static func load(_ directory: DataDirectory, log: Logger?, truncateTornTail: Bool = true) throws(Failure) -> Recovery {
-        try? FileIO.unlink(directory.snapshotTemp)  // a compaction that never got to its rename
+    /// How `load` treats the directory: a start drops torn last lines (with a warning) and a
+    /// leftover snapshot.tmp; `readOnly` changes nothing (check, dump, repair).
+    enum Mode {
+        case start, readOnly
+    }
+
+    /// Replays snapshot.jsonl, journal.jsonl and journal.next.jsonl.
+    static func load(_ files: DataFiles, log: Logger?, mode: Mode = .start) throws(Failure) -> Recovery {
+        if mode == .start { try? FileIO.unlink(files.snapshotTemp) }  // a compaction that never got to its rename
         var replay = JournalReplay()
         var snapshotBytes = 0
-        let advice = "run `rpcd repair --data-dir \(directory.path)` to cut the file at that line (it keeps a backup of what it cuts), then start again"
-        if let bytes = try read(directory.snapshot) {
+        var outcomes: [(path: String, outcome: JournalReplay.FileOutcome)] = []
+        if let bytes = try read(files.snapshot) {
             snapshotBytes = bytes.count
-            let result = bytes.withUnsafeBytes { replay.replaySnapshot($0) }
-            if case .failure(let failure) = result {
-                throw Failure(
-                    description: "\(directory.snapshot):\(failure.line): \(failure.reason); the snapshot is damaged: restore the data directory from a backup",
-                    file: directory.snapshot, line: failure.line, offset: failure.offset)
+            switch bytes.withUnsafeBytes({ replay.replaySnapshot($0) }) {
+            case .failure(let failure):
+                throw Failure(file: files.snapshot, failure, advice: "the snapshot is damaged: restore the data directory from a backup (rpcd repair does not cut snapshots)")
+            case .success(let outcome):
+                outcomes.append((files.snapshot, outcome))
             }
         }
-        let unfinished = FileIO.exists(directory.nextJournal)
-        for path in [directory.journal, directory.nextJournal] {
+        let unfinished = FileIO.exists(files.nextJournal)
+        for path in files.journals {
             guard let bytes = try read(path) else { continue }
             switch bytes.withUnsafeBytes({ replay.replayJournal($0) }) {
             case .failure(let failure):
-                throw Failure(description: "\(path):\(failure.line): \(failure.reason); \(advice)", file: path, line: failure.line, offset: failure.offset)
-            case .success(let outcome) where outcome.tornBytes > 0 && truncateTornTail:
+                throw Failure(file: path, failure, advice: advice(failure.kind, files))
+            case .success(let outcome):
+                outcomes.append((path, outcome))
+                guard outcome.tornBytes > 0, mode == .start else { continue }
                 try truncate(path, to: outcome.validBytes)
                 log?.warning(
                     "\(path): dropped \(outcome.tornBytes) bytes of an incomplete last record (left by a crash mid-write); "
                         + "the file now ends at byte \(outcome.validBytes), after the last complete record")
-            case .success:
-                break
             }
         }
         return Recovery(
             state: replay.state, lastSeq: replay.lastSeq, records: replay.applied, snapshotBytes: snapshotBytes,
-            unfinishedCompaction: unfinished)
+            unfinishedCompaction: unfinished, files: outcomes, snapshotSeq: replay.snapshotSeq)
+    }
+
+    /// What to do about a journal that does not replay (one clause, no newline).
+    static func advice(_ kind: JournalReplay.Failure.Kind, _ files: DataFiles) -> String {
+        let check = "`rpcd journal check --data-dir \(files.path)`"
+        switch kind {
+        case .damaged:
+            return "the file is damaged: see \(check), then run `rpcd repair --data-dir \(files.path)` to cut the damage "
+                + "(it keeps a backup of what it cuts) and start again"
+        case .missingSnapshot:
+            return "restore the snapshot.jsonl that goes with this journal from a backup (rpcd repair cannot recreate it)"
+        case .sequence, .inconsistent:
+            return "the line is intact but does not follow from the records before it: see \(check); restore the data "
+                + "directory from a backup, or cut the journal at this line with `rpcd repair --force --data-dir \(files.path)` "
+                + "(it keeps a backup of what it cuts)"
+        }
     }
 
     /// Ends a compaction cut short by a crash: a snapshot of the replayed state, then the journals
@@ -105,7 +147,7 @@ extension Daemon {
         let started = DispatchTime.now()
         var recovery: Recovery
         do {
-            recovery = try Recovery.load(directory, log: log)
+            recovery = try Recovery.load(directory.files, log: log)
         } catch {
             log.error("cannot start: \(error)")
             return nil

@@ -1,18 +1,27 @@
 import Foundation
+import RPCEntities
 import RPCTransport
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// `rpcd repair [--data-dir DIR]`: cuts a damaged journal at its first bad line so the daemon can
-/// start again, like `redis-check-aof --fix`. What it cuts is saved next to the journal as
-/// `journal.jsonl.cut-<unix time>`; nothing is deleted. Refuses while a daemon holds the directory.
+/// `rpcd repair [--data-dir DIR] [--force]`: cuts the damage out of a journal so the daemon can
+/// start again, like `redis-check-aof --fix`. Refuses while a daemon holds the directory.
+///
+/// It never discards more than the damaged region without `--force`: it cuts a journal at its
+/// first bad line only when no intact record follows (the damage runs to the end of the file, and
+/// no later journal has records), saving what it cuts next to the file as
+/// `journal.jsonl.cut-<unix time>`. When intact records follow the bad line, or the line is intact
+/// but out of sequence, it refuses and says so; `--force` then cuts there anyway (with the same
+/// backup). It never cuts a snapshot, and refuses when the journal needs a snapshot that is
+/// missing (the journal starts after what the snapshot covers): cutting cannot bring it back.
 enum RepairCommand {
-    static let usage = "usage: rpcd repair [--data-dir DIR]   (default ./data; the daemon must be stopped)"
+    static let usage = "usage: rpcd repair [--data-dir DIR] [--force]   (default ./data; the daemon must be stopped)"
 
     static func run(_ arguments: [String]) -> Int32 {
         var dataDir = "./data"
+        var force = false
         var rest = arguments[...]
         while let argument = rest.popFirst() {
             switch argument {
@@ -21,6 +30,8 @@ enum RepairCommand {
                 dataDir = value
             case _ where argument.hasPrefix("--data-dir="):
                 dataDir = String(argument.dropFirst("--data-dir=".count))
+            case "--force":
+                force = true
             case "--help", "-h":
                 print(usage)
                 return 0
@@ -28,40 +39,88 @@ enum RepairCommand {
                 return usageError("unknown option '\(argument)' for repair")
             }
         }
+        guard DataFiles(path: dataDir).exists else {
+            return fail("data directory \(dataDir) does not exist; pass the --data-dir the daemon uses")
+        }
         let directory: DataDirectory
         do {
             directory = try DataDirectory(path: dataDir)
         } catch {
-            LogSink.stderr.write("rpcd repair: \(error)\n")
-            return 1
+            return fail("\(error)")
         }
-        for _ in 0..<4 {
+        let files = directory.files
+        var cuts = 0
+        while cuts < 8 {
+            let failure: Recovery.Failure
             do {
-                let recovery = try Recovery.load(directory, log: nil, truncateTornTail: false)
-                print("rpcd repair: \(directory.path) replays cleanly: \(recovery.records) records, last seq \(recovery.lastSeq)")
+                let recovery = try Recovery.load(files, log: nil, mode: .readOnly)
+                let torn = recovery.files.filter { $0.outcome.tornBytes > 0 }
+                    .map { "; the incomplete last record of \($0.path) (\($0.outcome.tornBytes) bytes) is dropped at the next start" }
+                print("rpcd repair: \(files.path) \(cuts == 0 ? "replays cleanly" : "replays now"): \(recovery.records) records, last seq \(recovery.lastSeq)\(torn.joined())")
                 return 0
             } catch {
-                guard let file = error.file, file != directory.snapshot else {
-                    LogSink.stderr.write("rpcd repair: \(error.description)\n")
-                    return 1
-                }
-                do {
-                    let backup = try cut(file, at: error.offset)
-                    print("rpcd repair: \(file):\(error.line): cut from this line to the end (\(error.description.split(separator: ";").first.map(String.init) ?? "")); the cut bytes are saved in \(backup)")
-                } catch {
-                    LogSink.stderr.write("rpcd repair: cannot cut \(file): \(error)\n")
-                    return 1
-                }
+                failure = error
+            }
+            guard let file = failure.file, file != files.snapshot, let kind = failure.kind else {
+                return fail(failure.description)
+            }
+            if kind == .missingSnapshot { return fail(failure.description) }
+            let following: (count: Int, first: String?)
+            do {
+                following = try intactRecords(after: failure, in: file, files: files)
+            } catch {
+                return fail("cannot read \(file): \(error)")
+            }
+            // An intact but out-of-sequence line is not damage: cutting it discards it too.
+            let discarded = following.count + (kind == .damaged ? 0 : 1)
+            if discarded > 0 && !force {
+                let which = kind == .damaged ? "\(following.count) intact record(s) follow it (the first at \(following.first ?? "?"))" : "the line is intact (\(discarded) intact record(s) from it on)"
+                return fail("\(failure.problem); \(which): cutting here would discard them. Restore the data directory from a backup, or pass --force to cut at this line anyway (the cut bytes are kept in a backup file)")
+            }
+            do {
+                let backup = try cut(file, at: failure.offset)
+                print("rpcd repair: \(failure.problem): cut from this line to the end; the cut bytes are saved in \(backup)\(discarded > 0 ? " (--force: \(discarded) intact record(s) among them)" : "")")
+            } catch {
+                return fail("cannot cut \(file): \(error)")
+            }
+            cuts += 1
+        }
+        return fail("\(files.path) is still damaged after \(cuts) cuts; restore it from a backup")
+    }
+
+    /// Intact records after the failing line: in the rest of its file, and in the journals after it.
+    private static func intactRecords(after failure: Recovery.Failure, in file: String, files: DataFiles) throws(Errno) -> (count: Int, first: String?) {
+        var count = 0
+        var first: String?
+        let bytes = try FileIO.readAll(file) ?? []
+        bytes.withUnsafeBytes { raw in
+            guard let end = raw[min(failure.offset, raw.count)...].firstIndex(of: UInt8(ascii: "\n")) else { return }
+            let found = JournalReplay.intactRecords(raw, from: end + 1)
+            count = found.count
+            if let offset = found.firstOffset {
+                let line = failure.line + raw[failure.offset..<offset].filter { $0 == UInt8(ascii: "\n") }.count
+                first = "\(file):\(line)"
             }
         }
-        LogSink.stderr.write("rpcd repair: \(directory.path) is still damaged after several cuts; restore it from a backup\n")
-        return 1
+        for later in files.journals.drop(while: { $0 != file }).dropFirst() {
+            guard let bytes = try FileIO.readAll(later) else { continue }
+            let found = bytes.withUnsafeBytes { JournalReplay.intactRecords($0) }
+            if first == nil, found.count > 0 { first = later }
+            count += found.count
+        }
+        return (count, first)
     }
 
     /// Saves `file` from `offset` to a backup, then truncates `file` there. Returns the backup's path.
     static func cut(_ file: String, at offset: Int) throws(Errno) -> String {
         let bytes = try FileIO.readAll(file) ?? []
-        let backup = "\(file).cut-\(Int(Date().timeIntervalSince1970))"
+        let stamp = "\(file).cut-\(Int(Date().timeIntervalSince1970))"
+        var backup = stamp
+        var suffix = 1
+        while FileIO.exists(backup) {
+            backup = "\(stamp).\(suffix)"
+            suffix += 1
+        }
         let out = try FileIO.open(backup, O_WRONLY | O_CREAT | O_EXCL)
         do {
             defer { FileIO.close(out) }
@@ -73,6 +132,11 @@ enum RepairCommand {
         try FileIO.truncate(fd, to: offset, path: file)
         try FileIO.sync(fd, path: file)
         return backup
+    }
+
+    private static func fail(_ message: String) -> Int32 {
+        LogSink.stderr.write("rpcd repair: \(message)\n")
+        return 1
     }
 
     private static func usageError(_ message: String) -> Int32 {

@@ -4,6 +4,7 @@ enum Subcommands {
     static let all: [String: @Sendable ([String]) -> Int32] = [
         "call": CallCommand.run,
         "check-config": CheckConfigCommand.run,
+        "journal": JournalCommand.run,
         "repair": RepairCommand.run,
     ]
 }

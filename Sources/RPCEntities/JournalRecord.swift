@@ -1,23 +1,33 @@
 import RPCSchema
 
 /// One journal line: the canonical request line of an applied mutation with its sequence number
-/// as one more top-level key, e.g.
+/// and a checksum as two more top-level keys, e.g.
 ///
-///     {"id":"7","method":"user.createUser","param":{"id":"u1","name":"Ada","email":"a@x"},"seq":42}
+///     {"id":"7","method":"user.createUser","param":{"id":"u1","name":"Ada","email":"a@x"},"seq":42,"crc":"8c3e2b1f"}
 ///
-/// The request decoder ignores top-level keys other than id, method and param, so a journal can be
-/// read with `less` and replayed into an empty daemon with `nc`.
+/// The checksum seals the line: `"crc"` is always the last key, and its value is the CRC-32C of
+/// every byte of the line before `,"crc":"` (from the opening `{` through the last digit of
+/// `seq`), as 8 lowercase hex digits. So every sealed line ends with exactly the 18 bytes
+/// `,"crc":"hhhhhhhh"}` before its `\n`, and checking it needs no JSON parse. Snapshot lines are
+/// sealed the same way (they have no `seq`).
+///
+/// The request decoder ignores the journal's extra keys (`RequestCodec.envelopeExtensionKeys`), so
+/// a journal can be read with `less` and replayed into an empty daemon with `nc`. Lines written
+/// before checksums (no `"crc"`) are still read; see `JournalReplay` for where they may appear.
 public enum JournalRecord {
-    /// Appends the line (with its `\n`) for `request`, applied as mutation number `seq`.
+    /// Appends the sealed line (with its `\n`) for `request`, applied as mutation number `seq`.
+    /// The checksum is computed here, once, over the bytes just written (about 50 ns a line).
     public static func encode(_ request: Request, seq: UInt64, into out: inout [UInt8]) {
+        let start = out.count
         RequestCodec.encode(id: request.id, method: request.method, param: request.param, form: .canonical, into: &out)
         out.removeLast(2)  // "}\n"
         out.append(contentsOf: #","seq":"#.utf8)
         appendDecimal(seq, into: &out)
-        out.append(contentsOf: "}\n".utf8)
+        appendSeal(lineStart: start, into: &out)
     }
 
-    /// Decodes one line (without its `\n`): the request, and its `seq` when present.
+    /// Decodes one line (without its `\n`): the request, and its `seq` when present. A line whose
+    /// checksum does not match fails.
     public static func decode(_ line: UnsafeRawBufferPointer) -> Result<(request: Request, seq: UInt64?), JournalLineError> {
         fields(line).flatMap { fields in
             guard let method = RPCMethod(parsing: fields.method), !method.isCounterRequest else {
@@ -27,15 +37,21 @@ public enum JournalRecord {
         }
     }
 
-    /// The parts of a canonical request line (replay looks the method text up in a cache).
+    /// The parts of a journal or snapshot record line (replay looks the method text up in a cache).
     struct Fields {
         var id: String
         var method: String
         var param: JSONValue?
         var seq: UInt64?
+        /// The line ends with a checksum (that matched); false for lines written before checksums.
+        var sealed: Bool
     }
 
     static func fields(_ line: UnsafeRawBufferPointer) -> Result<Fields, JournalLineError> {
+        let seal = checksum(of: line)
+        if case .mismatch(let stored, let computed) = seal {
+            return .failure(.checksumMismatch(stored: stored, computed: computed))
+        }
         let value: JSONValue
         do {
             value = try JSONParser.parse(line)
@@ -47,15 +63,57 @@ public enum JournalRecord {
         guard case .string(let method)? = object["method"] else {
             return .failure(JournalLineError("no \"method\" string; the journal holds canonical requests"))
         }
+        var known = 2
         var seq: UInt64?
         if let raw = object["seq"] {
             guard case .number(let text) = raw, let number = UInt64(text) else {
                 return .failure(JournalLineError("\"seq\" is not a whole number"))
             }
             seq = number
+            known += 1
+        }
+        if object["crc"] != nil {
+            guard seal == .valid else { return .failure(JournalLineError(misplacedChecksum)) }
+            known += 1
         }
         let param = object["param"].flatMap { $0 == .null ? nil : $0 }
-        return .success(Fields(id: id, method: method, param: param, seq: seq))
+        if object["param"] != nil { known += 1 }
+        if object.count > known, let unknown = unknownKey(object) {
+            return .failure(JournalLineError("unknown key \"\(unknown)\"; a record holds only \(recordKeys)"))
+        }
+        return .success(Fields(id: id, method: method, param: param, seq: seq, sealed: seal == .valid))
+    }
+
+    /// The top-level keys a record may hold, for messages.
+    static let recordKeys = (RequestCodec.envelopeKeys + RequestCodec.envelopeExtensionKeys).joined(separator: ", ")
+
+    /// The first top-level key that neither the request envelope nor the journal defines.
+    private static func unknownKey(_ object: JSONObject) -> String? {
+        object.keys.first { !RequestCodec.envelopeKeys.contains($0) && !RequestCodec.envelopeExtensionKeys.contains($0) }
+    }
+
+    static let misplacedChecksum = #""crc" is not the line's checksum: a sealed line ends with ,"crc":"<8 lowercase hex digits>"}"#
+
+    /// A record line of a journal or snapshot, decoded, for tools (`rpcd journal dump`).
+    public struct Line: Sendable {
+        /// 1-based line number in its file.
+        public var number: Int
+        public var request: Request
+        /// nil for snapshot records.
+        public var seq: UInt64?
+    }
+
+    /// Calls `body` with each record of a file that replayed (verify it with `JournalReplay`
+    /// first): lines that are not records, such as a snapshot's header, and a torn last line are
+    /// skipped. `body` returns false to stop.
+    public static func forEachRecord(in bytes: UnsafeRawBufferPointer, _ body: (Line) -> Bool) {
+        _ = JournalReplay.forEachLine(bytes) { line, number, offset in
+            guard case .success(let record) = decode(line) else { return nil }
+            guard body(Line(number: number, request: record.request, seq: record.seq)) else {
+                return JournalReplay.Failure(line: number, offset: offset, reason: "stopped", kind: .damaged)
+            }
+            return nil
+        }
     }
 
     static func appendDecimal(_ value: UInt64, into out: inout [UInt8]) {
@@ -81,4 +139,9 @@ public struct JournalLineError: Error, Equatable, CustomStringConvertible {
     public var reason: String
     public init(_ reason: String) { self.reason = reason }
     public var description: String { reason }
+
+    /// Starts with "checksum mismatch", the words operators and tests look for.
+    static func checksumMismatch(stored: UInt32, computed: UInt32) -> JournalLineError {
+        JournalLineError("checksum mismatch (the line says \(JournalRecord.hex(stored)), its bytes give \(JournalRecord.hex(computed)))")
+    }
 }

@@ -2,12 +2,25 @@ import RPCSchema
 
 /// Rebuilds the entity state from a snapshot and journal files, one line at a time, through the
 /// method table with no log attached (replay never journals). Pure: the caller reads the files.
+///
+/// What a file must be to replay (a start refuses anything else, naming the line):
+/// - every sealed line's checksum matches (`JournalRecord`); lines without a checksum, written
+///   before checksums, may come only before a file's first sealed line;
+/// - a journal's sequence numbers rise by one from line to line, and the first one the snapshot
+///   does not cover follows it;
+/// - only the bytes after a journal's last newline may be a torn write, and only if they can be
+///   the beginning of a record (`JournalRecord.tornTailProblem`): the caller drops them. A
+///   snapshot is written whole, so it has none.
 public struct JournalReplay {
     public private(set) var state: Entities
     /// The sequence number of the last mutation applied or covered by the snapshot.
     public private(set) var lastSeq: UInt64 = 0
     /// Records applied so far (snapshot records and journal mutations).
     public private(set) var applied = 0
+    /// The snapshot's sequence number, once one is replayed.
+    public private(set) var snapshotSeq: UInt64?
+    /// Journal records read so far (applied or skipped), over every journal file.
+    private var journalRecords = 0
     private let table: MethodTable<Entities>
     /// Method text -> entry, so each line costs one dictionary lookup.
     private var entries: [String: MethodTable<Entities>.Entry] = [:]
@@ -27,86 +40,182 @@ public struct JournalReplay {
         public var validBytes = 0
         /// Bytes after the last newline: an incomplete line left by a crash mid-write.
         public var tornBytes = 0
+        /// Lines sealed with a checksum, and lines written before checksums.
+        public var sealed = 0
+        public var unsealed = 0
+        /// The sequence numbers of a journal's first and last records.
+        public var firstSeq: UInt64?
+        public var lastSeq: UInt64?
     }
 
     /// Where and why a file cannot be replayed.
     public struct Failure: Error, Equatable, CustomStringConvertible {
+        /// What is wrong, which decides what `rpcd repair` may do about it.
+        public enum Kind: Equatable, Sendable {
+            /// The line's own bytes are bad: a checksum mismatch, not a record, or bytes after the
+            /// last newline that cannot be the beginning of one.
+            case damaged
+            /// An intact record out of sequence: a gap, a duplicate, a step back.
+            case sequence
+            /// The journal starts after what the snapshot covers (or there is no snapshot): the
+            /// records before it are not in the data directory.
+            case missingSnapshot
+            /// An intact record that does not apply to the state before it.
+            case inconsistent
+        }
+
         /// 1-based line number.
         public var line: Int
         /// Byte offset of the start of that line.
         public var offset: Int
         public var reason: String
+        public var kind: Kind
         public var description: String { "\(line): \(reason)" }
     }
 
     /// Applies journal lines. Records with a sequence number at or below `lastSeq` are skipped
-    /// (the snapshot has them); each record must follow the previous one with no gap.
+    /// (the snapshot has them); each record must follow the previous one with no gap. A torn last
+    /// line is reported in `tornBytes`, for the caller to drop; other bytes after the last
+    /// newline fail as damage.
     public mutating func replayJournal(_ bytes: UnsafeRawBufferPointer) -> Result<FileOutcome, Failure> {
+        var outcome = FileOutcome()
+        var seals = SealRule()
         var previous: UInt64?
-        var applied = 0
-        var skipped = 0
         let scan = Self.forEachLine(bytes) { line, number, offset -> Failure? in
+            func failure(_ kind: Failure.Kind, _ reason: String) -> Failure {
+                Failure(line: number, offset: offset, reason: reason, kind: kind)
+            }
             let fields: JournalRecord.Fields
             switch JournalRecord.fields(line) {
-            case .failure(let error): return Failure(line: number, offset: offset, reason: error.reason)
+            case .failure(let error): return failure(.damaged, Self.damage(error, line: line, file: bytes))
             case .success(let decoded): fields = decoded
             }
-            guard let seq = fields.seq else {
-                return Failure(line: number, offset: offset, reason: "the record has no \"seq\"")
-            }
-            if let previous, seq != previous + 1 {
-                return Failure(line: number, offset: offset, reason: "sequence number \(seq) follows \(previous); records are missing or out of order")
-            }
+            if let reason = seals.check(sealed: fields.sealed, line: number, outcome: &outcome) { return failure(.damaged, reason) }
+            guard let seq = fields.seq else { return failure(.damaged, "the record has no \"seq\"") }
+            if let previous, seq != previous + 1 { return failure(.sequence, Self.sequenceProblem(seq, after: previous)) }
             previous = seq
+            outcome.firstSeq = outcome.firstSeq ?? seq
+            outcome.lastSeq = seq
+            let firstRecord = journalRecords == 0
+            journalRecords += 1
             if seq <= lastSeq {
-                skipped += 1
+                outcome.skipped += 1
                 return nil
             }
             guard seq == lastSeq + 1 else {
-                return Failure(line: number, offset: offset, reason: "sequence number \(seq) follows \(lastSeq); records are missing")
+                if firstRecord { return failure(.missingSnapshot, missingBefore(seq)) }
+                return failure(.sequence, "sequence number \(seq) follows \(lastSeq), the last record before this file: \(Self.missing(lastSeq + 1, seq - 1))")
             }
-            if let reason = apply(fields) { return Failure(line: number, offset: offset, reason: reason) }
+            if let reason = apply(fields) { return failure(.inconsistent, reason) }
             lastSeq = seq
-            applied += 1
+            outcome.applied += 1
             return nil
         }
         if let failure = scan.failure { return .failure(failure) }
-        return .success(FileOutcome(applied: applied, skipped: skipped, validBytes: scan.validBytes, tornBytes: scan.tornBytes))
+        outcome.validBytes = scan.validBytes
+        outcome.tornBytes = scan.tornBytes
+        if scan.tornBytes > 0,
+            let problem = JournalRecord.tornTailProblem(UnsafeRawBufferPointer(rebasing: bytes[scan.validBytes...]))
+        {
+            return .failure(Failure(line: scan.lines + 1, offset: scan.validBytes, reason: problem, kind: .damaged))
+        }
+        return .success(outcome)
     }
 
-    /// Applies a snapshot: a header line `{"rpcdSnapshot":1,"seq":S,"records":N}` then N request
-    /// lines. Sets `lastSeq` to S. A snapshot is written whole (temp file, fsync, rename), so any
-    /// missing record or trailing bytes make it corrupt.
+    /// Applies a snapshot: a header line `{"rpcdSnapshot":1,"seq":S,"records":N,"crc":…}` then N
+    /// request lines. Sets `lastSeq` to S. A snapshot is written whole (temp file, fsync, rename),
+    /// so any missing record or trailing bytes make it damaged.
     public mutating func replaySnapshot(_ bytes: UnsafeRawBufferPointer) -> Result<FileOutcome, Failure> {
         var header: (seq: UInt64, records: Int)?
-        var applied = 0
+        var outcome = FileOutcome()
+        var seals = SealRule()
         let scan = Self.forEachLine(bytes) { line, number, offset -> Failure? in
+            func damaged(_ reason: String) -> Failure { Failure(line: number, offset: offset, reason: reason, kind: .damaged) }
             guard header != nil else {
                 switch JournalSnapshot.parseHeader(line) {
                 case .success(let parsed):
-                    header = parsed
-                    return nil
-                case .failure(let error): return Failure(line: number, offset: offset, reason: error.reason)
+                    header = (parsed.seq, parsed.records)
+                    return seals.check(sealed: parsed.sealed, line: number, outcome: &outcome).map(damaged)
+                case .failure(let error): return damaged(Self.damage(error, line: line, file: bytes))
                 }
             }
             switch JournalRecord.fields(line) {
-            case .failure(let error): return Failure(line: number, offset: offset, reason: error.reason)
+            case .failure(let error): return damaged(Self.damage(error, line: line, file: bytes))
             case .success(let fields):
-                if let reason = apply(fields) { return Failure(line: number, offset: offset, reason: reason) }
-                applied += 1
+                if let reason = seals.check(sealed: fields.sealed, line: number, outcome: &outcome) { return damaged(reason) }
+                if let reason = apply(fields) {
+                    return Failure(line: number, offset: offset, reason: reason, kind: .inconsistent)
+                }
+                outcome.applied += 1
                 return nil
             }
         }
         if let failure = scan.failure { return .failure(failure) }
-        let outcome = FileOutcome(applied: applied, skipped: 0, validBytes: scan.validBytes, tornBytes: scan.tornBytes)
-        guard let header else { return .failure(Failure(line: 1, offset: 0, reason: "the snapshot has no header line")) }
+        outcome.validBytes = scan.validBytes
+        outcome.tornBytes = scan.tornBytes
+        guard let header else {
+            return .failure(Failure(line: 1, offset: 0, reason: "the snapshot has no header line", kind: .damaged))
+        }
         guard outcome.tornBytes == 0, outcome.applied == header.records else {
             return .failure(Failure(
-                line: outcome.applied + 2, offset: outcome.validBytes,
-                reason: "the snapshot is incomplete: \(outcome.applied) of \(header.records) records"))
+                line: scan.lines + 1, offset: outcome.validBytes,
+                reason: "the snapshot is incomplete: \(outcome.applied) of \(header.records) records", kind: .damaged))
         }
         lastSeq = header.seq
+        snapshotSeq = header.seq
         return .success(outcome)
+    }
+
+    /// Why the first journal record, `seq`, cannot follow what the snapshot (if any) covers.
+    private func missingBefore(_ seq: UInt64) -> String {
+        guard let snapshotSeq else {
+            return "the journal starts at sequence number \(seq) and there is no snapshot: \(Self.missing(1, seq - 1)) (was snapshot.jsonl deleted or lost?)"
+        }
+        return "the journal starts at sequence number \(seq) but the snapshot ends at \(snapshotSeq): \(Self.missing(snapshotSeq + 1, seq - 1)) (the snapshot is older than the journal)"
+    }
+
+    static func sequenceProblem(_ seq: UInt64, after previous: UInt64) -> String {
+        if seq == previous { return "duplicate sequence number \(seq): the line before has it too" }
+        if seq < previous { return "sequence number \(seq) after \(previous): out of order" }
+        return "sequence number \(seq) after \(previous): \(missing(previous + 1, seq - 1))"
+    }
+
+    private static func missing(_ first: UInt64, _ last: UInt64) -> String {
+        first == last ? "record \(first) is missing" : "records \(first)...\(last) are missing"
+    }
+
+    /// The reason a line is damaged. In a file of sealed lines, a line whose seal is gone (a
+    /// damaged byte in the seal, or a line split or merged) is a checksum mismatch too: say so,
+    /// whatever else its bytes look like. (Failure path only: it may scan the file.)
+    static func damage(_ error: JournalLineError, line: UnsafeRawBufferPointer, file: UnsafeRawBufferPointer) -> String {
+        guard JournalRecord.checksum(of: line) == .absent else { return error.reason }
+        var sealedFile = false
+        _ = forEachLine(file) { other, _, _ in
+            sealedFile = JournalRecord.checksum(of: other) == .valid
+            return sealedFile ? Failure(line: 0, offset: 0, reason: "", kind: .damaged) : nil
+        }
+        return sealedFile ? "\(noSeal): \(error.reason)" : error.reason
+    }
+
+    static let noSeal = #"checksum mismatch: the line does not end with a checksum ,"crc":"<8 lowercase hex digits>"}, but the file's other lines do"#
+
+    /// Lines without a checksum may come only before a file's first sealed line: a writer that
+    /// seals never writes an unsealed line, so one after a sealed line has a damaged end.
+    private struct SealRule {
+        var firstSealed: Int?
+
+        mutating func check(sealed: Bool, line: Int, outcome: inout FileOutcome) -> String? {
+            if sealed {
+                outcome.sealed += 1
+                if firstSealed == nil { firstSealed = line }
+                return nil
+            }
+            if let firstSealed {
+                return "\(noSeal) (line \(firstSealed) is the first that does)"
+            }
+            outcome.unsealed += 1
+            return nil
+        }
     }
 
     /// Runs one mutation against the state; the reason it failed, or nil.
@@ -132,24 +241,42 @@ public struct JournalReplay {
     }
 
     /// Calls `body` with each non-blank complete line, its 1-based number and its offset; stops at
-    /// the first failure. Returns the bytes up to the last newline and the bytes after it.
+    /// the first failure. Returns the bytes up to the last newline, the bytes after it, and the
+    /// number of lines read.
     static func forEachLine(
         _ bytes: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer, Int, Int) -> Failure?
-    ) -> (validBytes: Int, tornBytes: Int, failure: Failure?) {
+    ) -> (validBytes: Int, tornBytes: Int, lines: Int, failure: Failure?) {
         var start = 0
         var number = 0
         let newline = UInt8(ascii: "\n")
         while start < bytes.count {
             guard let end = bytes[start...].firstIndex(of: newline) else {
-                return (start, bytes.count - start, nil)
+                return (start, bytes.count - start, number, nil)
             }
             number += 1
             if end > start {
                 let line = UnsafeRawBufferPointer(rebasing: bytes[start..<end])
-                if let failure = body(line, number, start) { return (start, 0, failure) }
+                if let failure = body(line, number, start) { return (start, 0, number, failure) }
             }
             start = end + 1
         }
-        return (start, 0, nil)
+        return (start, 0, number, nil)
+    }
+
+    /// How many complete lines from `offset` on are intact records (they decode, and their
+    /// checksum matches if they have one), and the offset of the first. `rpcd repair` cuts
+    /// without `--force` only when none follow the damage.
+    public static func intactRecords(_ bytes: UnsafeRawBufferPointer, from offset: Int = 0) -> (count: Int, firstOffset: Int?) {
+        guard offset < bytes.count else { return (0, nil) }
+        var count = 0
+        var first: Int?
+        _ = forEachLine(UnsafeRawBufferPointer(rebasing: bytes[offset...])) { line, _, start in
+            if case .success = JournalRecord.fields(line) {
+                count += 1
+                if first == nil { first = offset + start }
+            }
+            return nil
+        }
+        return (count, first)
     }
 }

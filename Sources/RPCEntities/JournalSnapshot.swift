@@ -2,15 +2,19 @@ import RPCSchema
 
 /// A snapshot of the live state as request lines: a header, every user as a `user.createUser`,
 /// then every building as a `building.addBuilding` (residents exist by then). Replaying it into
-/// an empty state gives the state back; like the journal, it can be replayed with `nc`.
+/// an empty state gives the state back; like the journal, it can be replayed with `nc`. Every line,
+/// the header too, is sealed with a checksum like a journal line (`JournalRecord`):
+///
+///     {"rpcdSnapshot":1,"seq":S,"records":N,"crc":"hhhhhhhh"}
+///     {"id":"s","method":"user.createUser","param":{"id":"u1","name":"Ada","email":"a@x"},"crc":"hhhhhhhh"}
 public enum JournalSnapshot {
-    /// `{"rpcdSnapshot":1,"seq":S,"records":N}\n`
+    /// `{"rpcdSnapshot":1,"seq":S,"records":N,"crc":"hhhhhhhh"}\n`
     public static func header(seq: UInt64, records: Int) -> [UInt8] {
         var out = Array(#"{"rpcdSnapshot":1,"seq":"#.utf8)
         JournalRecord.appendDecimal(seq, into: &out)
         out.append(contentsOf: #","records":"#.utf8)
         JournalRecord.appendDecimal(UInt64(records), into: &out)
-        out.append(contentsOf: "}\n".utf8)
+        JournalRecord.appendSeal(lineStart: 0, into: &out)
         return out
     }
 
@@ -27,7 +31,9 @@ public enum JournalSnapshot {
                 (key: "id", value: .string(user.id)), (key: "name", value: .string(user.name)),
                 (key: "email", value: .string(user.email)),
             ]))
+            let start = out.count
             RequestCodec.encode(id: "s", method: CreateUser.method, param: param, form: .canonical, into: &out)
+            JournalRecord.seal(lineStart: start, into: &out)
             if out.count >= chunkBytes {
                 try body(out)
                 out.removeAll(keepingCapacity: true)
@@ -39,7 +45,9 @@ public enum JournalSnapshot {
                 (key: "address", value: .string(building.address)),
                 (key: "residents", value: .array(building.residents.map { .string($0) })),
             ]))
+            let start = out.count
             RequestCodec.encode(id: "s", method: AddBuilding.method, param: param, form: .canonical, into: &out)
+            JournalRecord.seal(lineStart: start, into: &out)
             if out.count >= chunkBytes {
                 try body(out)
                 out.removeAll(keepingCapacity: true)
@@ -48,13 +56,25 @@ public enum JournalSnapshot {
         if !out.isEmpty { try body(out) }
     }
 
-    static func parseHeader(_ line: UnsafeRawBufferPointer) -> Result<(seq: UInt64, records: Int), JournalLineError> {
+    private static let headerKeys = ["rpcdSnapshot", "seq", "records", "crc"]
+
+    /// The header's sequence number and record count, and whether it is sealed (snapshots written
+    /// before checksums are not).
+    static func parseHeader(_ line: UnsafeRawBufferPointer) -> Result<(seq: UInt64, records: Int, sealed: Bool), JournalLineError> {
+        let seal = JournalRecord.checksum(of: line)
+        if case .mismatch(let stored, let computed) = seal {
+            return .failure(.checksumMismatch(stored: stored, computed: computed))
+        }
         guard case .object(let object)? = try? JSONParser.parse(line), object["rpcdSnapshot"] == .number("1"),
             case .number(let seqText)? = object["seq"], let seq = UInt64(seqText),
             case .number(let countText)? = object["records"], let records = Int(countText), records >= 0
         else {
             return .failure(JournalLineError(#"not a snapshot header {"rpcdSnapshot":1,"seq":N,"records":N}"#))
         }
-        return .success((seq, records))
+        if object["crc"] != nil, seal != .valid { return .failure(JournalLineError(JournalRecord.misplacedChecksum)) }
+        if let unknown = object.keys.first(where: { !headerKeys.contains($0) }) {
+            return .failure(JournalLineError("unknown key \"\(unknown)\"; a snapshot header holds only \(headerKeys.joined(separator: ", "))"))
+        }
+        return .success((seq, records, seal == .valid))
     }
 }

@@ -35,6 +35,17 @@ public enum DecodedLine: Sendable {
 
 /// Decodes and encodes the envelope: the one place that knows both wire forms (sourcekit-lsp `MessageCoding`).
 public enum RequestCodec {
+    /// The top-level keys of a request, in the order lines are written.
+    public static let envelopeKeys = ["id", "method", "param"]
+
+    /// Top-level keys beside the envelope that journal and snapshot lines carry (`seq`, the
+    /// record's sequence number; `crc`, its checksum, always last) and that the decoder accepts
+    /// and ignores, so those lines replay through `nc` as they are. The one list of them: add a
+    /// new envelope key here.
+    public static let envelopeExtensionKeys = ["seq", "crc"]
+
+    /// Decodes one line. Top-level keys other than `envelopeKeys` are not read (today that
+    /// includes any key, not only `envelopeExtensionKeys`).
     public static func decode(_ line: UnsafeRawBufferPointer) -> DecodedLine {
         let value: JSONValue
         do {

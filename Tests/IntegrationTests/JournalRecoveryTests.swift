@@ -22,7 +22,7 @@ struct JournalRecoveryTests {
         #expect(second.stderrText.contains("loaded 1000 records"), "no load line: \(second.stderrTail())")
     }
 
-    @Test("the journal is canonical request lines with a seq, replayable as they are")
+    @Test("the journal is canonical request lines with a seq and a trailing crc, replayable as they are")
     func journalFormat() throws {
         let dir = JournalSupport.makeDataDir()
         defer { JournalSupport.remove(dir) }
@@ -34,8 +34,8 @@ struct JournalRecoveryTests {
         }
         let lines = try JournalSupport.lines(JournalSupport.journal(dir))
         #expect(lines == [
-            #"{"id":"1","method":"user.createUser","param":{"id":"u1","name":"Ada","email":"ada@example.com"},"seq":1}"#,
-            #"{"id":"3","method":"user.updateUser","param":{"userId":"u1","newName":"Ada L"},"seq":2}"#,
+            JournalSupport.sealed(#"{"id":"1","method":"user.createUser","param":{"id":"u1","name":"Ada","email":"ada@example.com"},"seq":1"#),
+            JournalSupport.sealed(#"{"id":"3","method":"user.updateUser","param":{"userId":"u1","newName":"Ada L"},"seq":2"#),
             "",
         ])
     }
@@ -64,7 +64,7 @@ struct JournalRecoveryTests {
         try JournalSupport.createUsers(port: second.port, prefix: "v", range: 0..<5)
     }
 
-    @Test("a corrupt middle line stops the start with FILE:LINE; rpcd repair cuts it (with a backup) and the start works")
+    @Test("a corrupt middle line stops the start with FILE:LINE; rpcd repair refuses to discard the intact lines after it; --force cuts (with a backup) and the start works")
     func corruptMiddleLineAndRepair() throws {
         let dir = JournalSupport.makeDataDir()
         defer { JournalSupport.remove(dir) }
@@ -75,14 +75,23 @@ struct JournalRecoveryTests {
         var lines = try JournalSupport.lines(journal)
         lines[4] = #"{"id":"r4","method":"user.createUser","param":{"id":"u4","na"#  // line 5, truncated JSON
         try lines.joined(separator: "\n").write(to: journal, atomically: false, encoding: .utf8)
+        let damaged = try Data(contentsOf: journal)
 
         let failed = try JournalSupport.failingStart(dir)
         #expect(failed.status == 1, "status \(String(describing: failed.status)), stderr: \(failed.stderr)")
-        #expect(failed.stderr.contains("\(journal.path):5: "), "stderr: \(failed.stderr)")
+        #expect(failed.stderr.contains("\(journal.path):5: checksum mismatch"), "stderr: \(failed.stderr)")
         #expect(failed.stderr.contains("rpcd repair --data-dir \(dir.path)"), "stderr: \(failed.stderr)")
         #expect(!failed.stderr.contains("listening on"))
 
-        let repair = try runProcess(try Binaries.rpcd(), ["repair", "--data-dir", dir.path])
+        // Five intact records follow line 5: without --force, repair discards nothing.
+        let refused = try runProcess(try Binaries.rpcd(), ["repair", "--data-dir", dir.path])
+        #expect(refused.status == 1, "repair: \(refused.stdout) \(refused.stderr)")
+        let message = refused.stderr.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(message.contains("\(journal.path):5: ") && message.contains("5 intact record(s) follow it (the first at \(journal.path):6)") && message.contains("--force"), "\(message)")
+        #expect(!message.contains("\n"), "\(message)")
+        #expect(try Data(contentsOf: journal) == damaged, "repair without --force changed the journal")
+
+        let repair = try runProcess(try Binaries.rpcd(), ["repair", "--force", "--data-dir", dir.path])
         #expect(repair.status == 0, "repair: \(repair.stdout) \(repair.stderr)")
         let backups = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.hasPrefix("journal.jsonl.cut-") }
         #expect(backups.count == 1, "cut backups: \(backups)")

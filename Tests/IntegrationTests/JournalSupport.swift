@@ -1,4 +1,5 @@
 import Foundation
+import RPCEntities
 import Testing
 
 #if canImport(Glibc)
@@ -43,6 +44,12 @@ enum JournalSupport {
     /// Starts `rpcd serve` on `dir` expecting it to fail; returns (status, stderr).
     static func failingStart(_ dir: URL, extra: [String] = []) throws -> ProcessOutcome {
         try runProcess(try Binaries.rpcd(), ["serve", "--listen", "127.0.0.1:0", "--data-dir", dir.path] + extra, timeout: 20)
+    }
+
+    /// `covered` sealed as README says: `,"crc":"<CRC-32C of covered, 8 lowercase hex digits>"}`.
+    static func sealed(_ covered: String) -> String {
+        let digits = String(CRC32C.checksum(covered.utf8), radix: 16)
+        return covered + #","crc":""# + String(repeating: "0", count: 8 - digits.count) + digits + #""}"#
     }
 
     static func lines(_ url: URL) throws -> [String] {

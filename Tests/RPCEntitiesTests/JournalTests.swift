@@ -18,15 +18,18 @@ struct JournalTests {
         Array(text.utf8).withUnsafeBytes { replay.replayJournal($0) }
     }
 
-    @Test("a record is the canonical request line plus \"seq\", and decodes back")
+    @Test("a record is the canonical request line plus \"seq\" and a trailing \"crc\" over the bytes before it, and decodes back")
     func roundTrip() throws {
         let request = Request(id: "7", method: CreateUser.method, param: ["id": "u1", "name": "Ada", "email": "a@x"])
         let text = line(request, seq: 42)
-        #expect(text == #"{"id":"7","method":"user.createUser","param":{"id":"u1","name":"Ada","email":"a@x"},"seq":42}"# + "\n")
+        let covered = #"{"id":"7","method":"user.createUser","param":{"id":"u1","name":"Ada","email":"a@x"},"seq":42"#
+        #expect(CRC32C.checksum(covered.utf8) == 0xB288_7B83)
+        #expect(text == covered + #","crc":"b2887b83"}"# + "\n")
+        #expect(RequestCodec.envelopeExtensionKeys == ["seq", "crc"])
         let decoded = Array(text.utf8.dropLast()).withUnsafeBytes { JournalRecord.decode($0) }
         let (back, seq) = try decoded.get()
         #expect(back == request && seq == 42)
-        // The daemon's own decoder reads it as a plain request (seq is ignored).
+        // The daemon's own decoder reads it as a plain request (seq and crc are ignored).
         guard case .request(let plain) = Array(text.utf8.dropLast()).withUnsafeBytes({ RequestCodec.decode($0) }) else {
             Issue.record("not a request")
             return
@@ -46,14 +49,18 @@ struct JournalTests {
         #expect(more.skipped == 1 && more.applied == 1 && state.lastSeq == 3)
     }
 
-    @Test("corrupt lines fail with their line number and a reason", arguments: [
-        (#"{"id":"r","method":"user.createUser","param":{"id":"#, "not valid JSON"),
-        (#"{"id":"r","method":"user.createUser","param":{"id":"u9","name":"N","email":"n@x"}}"#, "no \"seq\""),
-        (#"{"id":"r","method":"user.createUser","param":{"id":"u1","name":"N","email":"n@x"},"seq":2}"#, "does not apply"),
-        (#"{"id":"r","method":"user.getUser","param":{"userId":"u1"},"seq":2}"#, "not a mutation"),
-        (#"{"id":"r","method":"user.createUser","param":{"id":"u9","name":"N","email":"n@x"},"seq":5}"#, "sequence number 5"),
+    @Test("corrupt lines fail with their line number, a reason and a kind", arguments: [
+        (sealedLine(#"{"id":"r","method":"user.createUser","param":{"id":"#), "not valid JSON", JournalReplay.Failure.Kind.damaged),
+        (#"{"id":"r","method":"user.createUser","param":{"id":"#, "checksum mismatch: the line does not end with a checksum", .damaged),
+        (sealedLine(#"{"id":"r","method":"user.createUser","param":{"id":"u9","name":"N","email":"n@x"}"#), "no \"seq\"", .damaged),
+        (sealedLine(#"{"id":"r","method":"user.createUser","param":{"id":"u9","name":"N","email":"n@x"},"seq":2,"x":1"#), "unknown key \"x\"", .damaged),
+        (#"{"id":"r","method":"user.createUser","param":{"id":"u9","name":"N","email":"n@x"},"seq":2,"crc":"00000000","x":1}"#, "checksum mismatch", .damaged),
+        (sealedLine(#"{"id":"r","method":"user.createUser","param":{"id":"u1","name":"N","email":"n@x"},"seq":2"#), "does not apply", .inconsistent),
+        (sealedLine(#"{"id":"r","method":"user.getUser","param":{"userId":"u1"},"seq":2"#), "not a mutation", .inconsistent),
+        (sealedLine(#"{"id":"r","method":"user.createUser","param":{"id":"u9","name":"N","email":"n@x"},"seq":5"#), "sequence number 5 after 1: records 2...4 are missing", .sequence),
+        (sealedLine(#"{"id":"r","method":"user.createUser","param":{"id":"u9","name":"N","email":"n@x"},"seq":1"#), "duplicate sequence number 1", .sequence),
     ])
-    func corrupt(_ bad: String, _ reason: String) {
+    func corrupt(_ bad: String, _ reason: String, _ kind: JournalReplay.Failure.Kind) {
         var state = JournalReplay()
         let text = create("u1", seq: 1) + bad + "\n" + create("u3", seq: 3)
         guard case .failure(let failure) = replay(text, into: &state) else {
@@ -62,6 +69,7 @@ struct JournalTests {
         }
         #expect(failure.line == 2 && failure.offset == create("u1", seq: 1).utf8.count)
         #expect(failure.reason.contains(reason), "reason: \(failure.reason)")
+        #expect(failure.kind == kind, "reason: \(failure.reason)")
     }
 
     @Test("a snapshot of the state replays to the same state and sequence number")
@@ -89,3 +97,4 @@ struct JournalTests {
         #expect(throws: JournalReplay.Failure.self) { try cut.withUnsafeBytes { partial.replaySnapshot($0) }.get() }
     }
 }
+

@@ -1,0 +1,124 @@
+import RPCSchema
+
+/// The checksum that seals each journal and snapshot line, and the rule that tells a torn last
+/// line (a crash mid-write) from damage.
+///
+/// Sealed line: `<bytes B>,"crc":"hhhhhhhh"}` + `\n`, where `hhhhhhhh` is CRC-32C(B) in lowercase
+/// hex and B runs from the line's `{` through the byte before `,"crc":"`.
+extension JournalRecord {
+    /// What a line's seal says.
+    public enum Checksum: Equatable, Sendable {
+        /// The line does not end with a seal (written before checksums, or its end is damaged).
+        case absent
+        case valid
+        case mismatch(stored: UInt32, computed: UInt32)
+    }
+
+    /// `,"crc":"` + 8 hex digits + `"}`.
+    static let sealLength = 18
+    private static let sealPrefix = Array(#","crc":""#.utf8)
+    private static let hexDigits = Array("0123456789abcdef".utf8)
+
+    /// Appends `,"crc":"…"}\n` to the unfinished line that starts at `lineStart` (everything from
+    /// there to the end of `out` is covered).
+    static func appendSeal(lineStart: Int, into out: inout [UInt8]) {
+        let crc = out.withUnsafeBytes { CRC32C.checksum(UnsafeRawBufferPointer(rebasing: $0[lineStart...])) }
+        out.append(contentsOf: sealPrefix)
+        for shift in stride(from: 28, through: 0, by: -4) { out.append(hexDigits[Int((crc >> UInt32(shift)) & 0xF)]) }
+        out.append(contentsOf: "\"}\n".utf8)
+    }
+
+    /// Seals the finished line (ending in `}\n`) that starts at `lineStart`.
+    static func seal(lineStart: Int, into out: inout [UInt8]) {
+        out.removeLast(2)
+        appendSeal(lineStart: lineStart, into: &out)
+    }
+
+    /// Checks the seal of one line (without its `\n`).
+    public static func checksum(of line: UnsafeRawBufferPointer) -> Checksum {
+        let count = line.count
+        guard count > sealLength, line[count - 2] == UInt8(ascii: "\""), line[count - 1] == UInt8(ascii: "}") else {
+            return .absent
+        }
+        let start = count - sealLength
+        for i in 0..<sealPrefix.count where line[start + i] != sealPrefix[i] { return .absent }
+        var stored: UInt32 = 0
+        for i in (start + sealPrefix.count)..<(count - 2) {
+            guard let digit = hexValue(line[i]) else { return .absent }
+            stored = stored << 4 | digit
+        }
+        let computed = CRC32C.checksum(UnsafeRawBufferPointer(rebasing: line[..<start]))
+        return stored == computed ? .valid : .mismatch(stored: stored, computed: computed)
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt32? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): UInt32(byte - UInt8(ascii: "0"))
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): UInt32(byte - UInt8(ascii: "a") + 10)
+        default: nil
+        }
+    }
+
+    /// 8 lowercase hex digits, as in a seal.
+    public static func hex(_ crc: UInt32) -> String {
+        String(decoding: (0..<8).map { hexDigits[Int((crc >> UInt32(28 - 4 * $0)) & 0xF)] }, as: UTF8.self)
+    }
+
+    /// No record line is longer: a request line is at most `max_frame_bytes` (1 MiB by default) and
+    /// the journal adds its `seq` and seal. A tail longer than this is not a torn record.
+    public static let maxRecordBytes = 64 << 20
+
+    /// Why the bytes after a file's last newline cannot be the beginning of a record cut short by a
+    /// crash mid-write (the only thing a start may drop silently), or nil if they can.
+    ///
+    /// A writer appends whole lines with one write(2), so a crash leaves at most one unfinished
+    /// line: a prefix of `{"…`, with no control bytes (JSON text escapes them), no longer than a
+    /// record, and not a whole sealed record with more bytes after it (a damaged newline). Anything
+    /// else, such as the NUL blocks a file system can leave after a power loss, is damage.
+    public static func tornTailProblem(_ tail: UnsafeRawBufferPointer) -> String? {
+        let count = tail.count
+        guard count <= maxRecordBytes else {
+            return "\(count) bytes with no newline at the end of the file: longer than any record, so not a record cut short"
+        }
+        if let nul = tail.firstIndex(of: 0) {
+            let run = tail[nul...].prefix { $0 == 0 }.count
+            if run == count {
+                return "\(count) bytes with no newline at the end of the file are all NUL bytes (blocks a file system left unwritten?): damage, not a record cut short"
+            }
+            return "\(count) bytes with no newline at the end of the file hold \(run) NUL bytes from byte \(nul) of them: damage, not a record cut short"
+        }
+        if let control = tail.firstIndex(where: { $0 < 0x20 }) {
+            return "\(count) bytes with no newline at the end of the file hold the control byte 0x\(String(tail[control], radix: 16)) at byte \(control) of them: damage, not a record cut short"
+        }
+        let opening = Array(#"{""#.utf8)
+        for i in 0..<min(count, opening.count) where tail[i] != opening[i] {
+            return "\(count) bytes with no newline at the end of the file do not start like a record ({\"): damage, not a record cut short"
+        }
+        // A whole sealed record followed by more bytes: its newline was damaged.
+        var from = 0
+        while let end = sealEnd(in: tail, from: from) {
+            if end < count, case .valid = checksum(of: UnsafeRawBufferPointer(rebasing: tail[..<end])) {
+                return "a complete record followed by \(count - end) more bytes with no newline at the end of the file: its newline is damaged"
+            }
+            from = end
+        }
+        return nil
+    }
+
+    /// The end (just past `"}`) of the next `,"crc":"hhhhhhhh"}` in `bytes` at or after `from`.
+    private static func sealEnd(in bytes: UnsafeRawBufferPointer, from: Int) -> Int? {
+        var i = from
+        while i + sealLength <= bytes.count {
+            guard let comma = bytes[i...].firstIndex(of: UInt8(ascii: ",")) else { return nil }
+            let end = comma + sealLength
+            if end <= bytes.count, bytes[end - 2] == UInt8(ascii: "\""), bytes[end - 1] == UInt8(ascii: "}"),
+                bytes[comma..<(comma + sealPrefix.count)].elementsEqual(sealPrefix),
+                bytes[(comma + sealPrefix.count)..<(end - 2)].allSatisfy({ hexValue($0) != nil })
+            {
+                return end
+            }
+            i = comma + 1
+        }
+        return nil
+    }
+}
