@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# Boots a real systemd as PID 1 in a container (systemd-nspawn) with no Swift toolchain, installs
+# rpcd exactly as README's "Install as a service" block says, and drives the shipped units:
+# socket activation, READY=1, STATUS=, restart keeps data, clean stop, torn-tail warning in the
+# journal, a bad config fails with status 2 and no restart, the watchdog restarts a stopped daemon,
+# and `systemd-analyze security` in the live system.
+#
+# Root only (prints why it skips otherwise). Needs debootstrap and systemd-container (installed
+# here when missing). The Debian root is cached under /var/tmp/rpcd-systemd; each run boots a
+# throwaway overlay on top and removes it, its mounts, its cgroups and the processes it started.
+#
+#   Tests/systemd/run.sh            build the static binary, then test
+#   RPCD_BINARY=path Tests/systemd/run.sh   test a binary built already
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+repo=$(pwd)
+
+if [ "$(id -u)" != 0 ]; then
+    echo "systemd test: skipped: it boots a container with systemd-nspawn, which needs root (run it as root, as CI does)"
+    exit 0
+fi
+
+say() { echo "systemd test: $*"; }
+failures=0
+check() {  # check DESCRIPTION COMMAND...: runs COMMAND, records a failure if it fails
+    local what=$1
+    shift
+    if "$@"; then say "ok: $what"; else say "FAILED: $what"; failures=$((failures + 1)); fi
+}
+
+need=()
+command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v systemd-nspawn >/dev/null || need+=(systemd-container)
+command -v nsenter >/dev/null || need+=(util-linux)
+if [ ${#need[@]} -gt 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+# The binary: the Swift runtime linked in, so it runs where no toolchain is installed.
+if [ -z "${RPCD_BINARY:-}" ]; then
+    # README's build command, verbatim (see the install block below).
+    build=$(sed -n '/<!-- install-build -->/,/^```$/p' README.md | grep -E '^swift build' | head -n 1)
+    [ -n "$build" ] || { say "README has no <!-- install-build --> block"; exit 1; }
+    say "building: $build"
+    eval "$build" >/dev/null
+    RPCD_BINARY=.build/release/rpcd
+fi
+if ldd "$RPCD_BINARY" | grep -q 'libswift\|libFoundation\|libdispatch\|not found'; then
+    say "FAILED: $RPCD_BINARY loads Swift runtime libraries:"
+    ldd "$RPCD_BINARY"
+    exit 1
+fi
+say "ok: ldd $RPCD_BINARY shows system libraries only"
+
+# The install commands, verbatim from README (run inside the container, as root: sudo dropped).
+install_block=$(sed -n '/<!-- install -->/,/^```$/p' README.md | sed '1,2d;$d' | sed 's/^sudo //')
+[ -n "$install_block" ] || { say "README has no <!-- install --> block"; exit 1; }
+
+# A cached Debian root with systemd (no Swift), built once.
+packages=systemd,systemd-sysv,dbus,netcat-openbsd
+cache=/var/tmp/rpcd-systemd
+base=$cache/bookworm-$(echo "$packages" | md5sum | cut -c1-8)
+if [ ! -x "$base/lib/systemd/systemd" ]; then
+    say "creating the Debian root in $base (once; about a minute)"
+    mkdir -p "$cache"
+    rm -rf "$base.tmp"
+    debootstrap --variant=minbase --include="$packages" bookworm "$base.tmp" >"$cache/debootstrap.log" 2>&1 \
+        || { say "debootstrap failed; see $cache/debootstrap.log"; tail -n 20 "$cache/debootstrap.log"; exit 1; }
+    mv "$base.tmp" "$base"
+fi
+
+run=$(mktemp -d "$cache/run.XXXXXX")
+name=rpcdtest$$
+cgroups=(/sys/fs/cgroup/unified/$name /sys/fs/cgroup/systemd/$name)
+nspawn_pid=
+teardown() {
+    set +e
+    if [ -n "$nspawn_pid" ] && kill -0 "$nspawn_pid" 2>/dev/null; then
+        kill -TERM "$nspawn_pid"  # nspawn asks the container's systemd to power off
+        for _ in $(seq 1 100); do kill -0 "$nspawn_pid" 2>/dev/null || break; sleep 0.2; done
+    fi
+    # Whatever is left of what this run started lives in its own cgroups: kill exactly that.
+    for group in "${cgroups[@]}"; do
+        [ -d "$group" ] || continue
+        find "$group" -name cgroup.procs -exec cat {} + 2>/dev/null | xargs -r kill -KILL 2>/dev/null
+    done
+    sleep 0.5
+    mountpoint -q "$run/root" && { umount "$run/root" || umount -l "$run/root"; }
+    for group in "${cgroups[@]}"; do [ -d "$group" ] && find "$group" -depth -type d -exec rmdir {} + 2>/dev/null; done
+    rm -rf "$run"
+}
+trap teardown EXIT
+
+mkdir -p "$run/upper" "$run/work" "$run/root"
+mount -t overlay overlay -o "lowerdir=$base,upperdir=$run/upper,workdir=$run/work" "$run/root"
+
+# The checkout's files, as a person would have them after building elsewhere and copying over.
+mkdir -p "$run/root/root/rpcd/.build/release" "$run/root/root/rpcd/config" "$run/root/root/rpcd/systemd"
+cp "$RPCD_BINARY" "$run/root/root/rpcd/.build/release/rpcd"
+cp config/rpcd.conf "$run/root/root/rpcd/config/"
+cp systemd/rpcd.service systemd/rpcd.socket "$run/root/root/rpcd/systemd/"
+
+# The host has no systemd to register a scope with (--keep-unit), so nspawn gets cgroups of its
+# own; --system-call-filter=bpf, or systemd ignores IPAddressDeny= silently.
+for group in "${cgroups[@]}"; do mkdir -p "$group"; done
+(
+    for group in "${cgroups[@]}"; do echo "$BASHPID" >"$group/cgroup.procs"; done
+    exec systemd-nspawn -q -b -D "$run/root" -M "$name" --register=no --keep-unit --private-network \
+        --system-call-filter=bpf </dev/null >"$run/console.log" 2>&1
+) &
+nspawn_pid=$!
+
+leader=
+for _ in $(seq 1 150); do
+    leader=$(ps -o pid= --ppid "$nspawn_pid" 2>/dev/null | head -n 1 | tr -d ' ' || true)
+    [ -n "$leader" ] && break
+    sleep 0.2
+done
+[ -n "$leader" ] || { say "the container did not start"; cat "$run/console.log"; exit 1; }
+inside() {  # inside 'COMMANDS': runs them in the container as root
+    nsenter -t "$leader" -a -- env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+        bash -c "$1"
+}
+state=
+for _ in $(seq 1 150); do
+    state=$(inside 'systemctl is-system-running' 2>/dev/null || true)
+    case "$state" in running | degraded) break ;; esac
+    sleep 0.2
+done
+say "container booted ($state)"
+inside '! command -v swift' >/dev/null || { say "the container has a Swift toolchain; it must not"; exit 1; }
+
+say "installing as README says:"
+echo "$install_block" | sed 's/^/    /'
+inside "cd /root/rpcd && set -e && $install_block" >"$run/install.log" 2>&1 || { cat "$run/install.log"; say "FAILED: the install commands"; exit 1; }
+
+ping_line='{"id":"1","method":"system.ping"}'
+ask() { inside "printf '%s\n' '$1' | nc -N -w 5 127.0.0.1 7878"; }
+active() { inside "systemctl is-active $1" 2>/dev/null || true; }
+prop() { inside "systemctl show -P $2 $1"; }
+wait_for() {  # wait_for SECONDS COMMAND...: polls until COMMAND succeeds
+    local seconds=$1
+    shift
+    for _ in $(seq 1 $((seconds * 5))); do "$@" && return 0; sleep 0.2; done
+    "$@"
+}
+
+pings() { ask "$ping_line" | grep -q system.pingResult; }
+status_line() { inside 'systemctl status rpcd.service --no-pager' | grep -q 'Status: "serving'; }
+has_u1() { ask '{"id":"g","method":"user.getUser","param":{"userId":"u1"}}' | grep -q getUserResult; }
+no_sigkill() { ! inside 'journalctl -u rpcd.service --no-pager' | grep -qi 'sigkill\|killing process'; }
+torn_warning() { inside 'journalctl -p warning -u rpcd.service --no-pager' | grep -q 'incomplete last record'; }
+watchdog_logged() { inside 'journalctl -u rpcd.service --no-pager' | grep -qi 'watchdog timeout'; }
+
+check "rpcd.socket is listening" test "$(active rpcd.socket)" = active
+check "rpcd.service is inactive until the first connection" test "$(active rpcd.service)" = inactive
+check "system.ping over 127.0.0.1:7878 inside the container" pings
+check "the service is active (running) after READY=1" test "$(prop rpcd.service ActiveState)/$(prop rpcd.service SubState)" = active/running
+check "systemctl status shows the STATUS= line" status_line
+
+ask '{"id":"c","method":"user.createUser","param":{"id":"u1","name":"Ada","email":"ada@example.com"}}' >/dev/null
+inside 'systemctl restart rpcd.service'
+check "a created user survives systemctl restart" has_u1
+
+inside 'systemctl stop rpcd.service'
+check "systemctl stop ends the daemon cleanly (exit 0)" \
+    test "$(prop rpcd.service Result)/$(prop rpcd.service ExecMainCode)/$(prop rpcd.service ExecMainStatus)" = success/1/0
+check "... with no SIGKILL" no_sigkill
+
+inside 'truncate -s -3 /var/lib/private/rpcd/journal.jsonl'
+ask "$ping_line" >/dev/null
+check "journalctl -p warning shows the torn-tail warning after truncating the journal" wait_for 5 torn_warning
+
+inside 'cp /etc/rpcd/rpcd.conf /etc/rpcd/rpcd.conf.good && echo "bogus_key = 1" >> /etc/rpcd/rpcd.conf'
+inside 'systemctl restart rpcd.service' >/dev/null 2>&1 || true
+sleep 2
+check "a bad config key fails the unit with status 2" \
+    test "$(prop rpcd.service ActiveState)/$(prop rpcd.service ExecMainStatus)" = failed/2
+check "... and it is not restarted" test "$(prop rpcd.service NRestarts)" = 0
+inside 'mv /etc/rpcd/rpcd.conf.good /etc/rpcd/rpcd.conf && systemctl reset-failed rpcd.service'
+
+inside 'mkdir -p /etc/systemd/system/rpcd.service.d && printf "[Service]\nWatchdogSec=2s\n" > /etc/systemd/system/rpcd.service.d/watchdog.conf && systemctl daemon-reload && systemctl start rpcd.service'
+first=$(prop rpcd.service MainPID)
+inside "kill -STOP $first"
+restarted() { local now; now=$(prop rpcd.service MainPID); [ "$now" != "$first" ] && [ "$now" != 0 ] && [ "$(active rpcd.service)" = active ]; }
+check "the watchdog kills and restarts a SIGSTOPped daemon" wait_for 20 restarted
+check "... and says so in the journal" watchdog_logged
+inside 'rm -r /etc/systemd/system/rpcd.service.d && systemctl daemon-reload'
+
+exposure=$(inside 'systemd-analyze security rpcd.service --no-pager' | sed -n 's/.*Overall exposure level for rpcd.service: \([0-9.]*\).*/\1/p')
+check "systemd-analyze security rpcd.service in the live system is ${exposure:-unknown} (at most 1.5)" \
+    awk -v e="${exposure:-99}" 'BEGIN { exit !(e <= 1.5) }'
+
+if [ "$failures" -gt 0 ]; then
+    say "$failures check(s) failed; rpcd's journal in the container:"
+    inside 'journalctl -u rpcd.service -u rpcd.socket --no-pager | tail -n 40'
+    exit 1
+fi
+say "all checks passed"
