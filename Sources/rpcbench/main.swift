@@ -201,7 +201,7 @@ func runLoad(fsync: String?) throws -> (rps: Int, errors: Int) {
 
     raiseFileLimit()
     let runTag = String(UUID().uuidString.prefix(8))
-    let factory = RequestFactory(workload: options.workload, users: options.users, runTag: runTag)
+    let load = RPCDLoad(workload: options.workload, users: options.users, runTag: runTag)
     var connections: [LoadConnection] = []
     for index in 0..<options.conns {
         do { connections.append(LoadConnection(fd: try openConnection(host: host, port: port), index: index)) } catch { fail("\(error)") }
@@ -214,7 +214,7 @@ func runLoad(fsync: String?) throws -> (rps: Int, errors: Int) {
     let threads = (0..<threadCount).map { t in
         LoadThread(
             connections: connections.enumerated().filter { $0.offset % threadCount == t }.map(\.element),
-            factory: factory, depth: options.depth, measureFrom: measureFrom, stopAt: stopAt)
+            load: load, depth: options.depth, measureFrom: measureFrom, stopAt: stopAt)
     }
 
     var usageBefore = rusage()
