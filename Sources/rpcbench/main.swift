@@ -5,7 +5,9 @@ import Glibc
 #endif
 
 signal(SIGPIPE, SIG_IGN)
-atexit { SpawnedDaemon.killAll() }
+// Every exit path (return, exit, fail, SIGINT, SIGTERM) kills the processes rpcbench started and
+// removes their temporary directories.
+Cleanup.install()
 
 let options: Options
 do {
@@ -24,11 +26,8 @@ func fail(_ message: String) -> Never {
     exit(2)
 }
 
-func freshDataDir() -> String {
-    let path = NSTemporaryDirectory() + "rpcbench-\(getpid())-\(UUID().uuidString.prefix(8))"
-    try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    return path
-}
+/// An empty data directory for a spawned daemon, removed at exit if not before.
+func freshDataDir() -> String { Cleanup.makeTemporaryDirectory() }
 
 func spawnArguments() -> [String] {
     options.fsync.map { ["--fsync", String($0.split(separator: ",").first ?? "")] } ?? []
@@ -130,7 +129,7 @@ func run() throws -> Never {
         let seconds = restarted.startSeconds
         let check = try pipeline(host: "127.0.0.1", port: restarted.port, lines: [Array((#"{"id":"x","method":"user.getUser","param":{"userId":"r\#(mutations - 1)"}}"# + "\n").utf8)])
         restarted.kill()
-        try? FileManager.default.removeItem(atPath: dataDir)
+        Cleanup.removeDirectory(dataDir)
         print("mutations written  \(mutations) in \(String(format: "%.2f", writeSeconds)) s (\(errors) errors)")
         print("data dir size      \(journalBytes / 1024) KiB")
         print("restart until listening: \(String(format: "%.3f", seconds)) s")
@@ -192,7 +191,12 @@ func runLoad(fsync: String?) throws -> (rps: Int, errors: Int) {
         if host == "localhost" { host = "127.0.0.1" }
         port = p
     }
-    defer { daemon?.kill() }
+    defer {
+        if let daemon {
+            daemon.kill()
+            Cleanup.removeDirectory(daemon.dataDir)
+        }
+    }
 
     if options.workload != .create {
         // Existing users for getUser; conflicts from an earlier run against the same daemon are fine.
@@ -263,6 +267,5 @@ func runLoad(fsync: String?) throws -> (rps: Int, errors: Int) {
     }
     if let first = total.firstError { print("first error \(first)") }
     print("RESULT workload=\(options.workload.rawValue)\(fsync.map { " fsync=\($0)" } ?? "") conns=\(options.conns) depth=\(options.depth) rps=\(rps) p50_us=\(total.histogram.percentile(0.5)) p99_us=\(total.histogram.percentile(0.99)) p999_us=\(total.histogram.percentile(0.999)) errors=\(errors)")
-    daemon?.kill()
     return (rps, errors)
 }
