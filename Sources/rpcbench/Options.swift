@@ -26,7 +26,7 @@ struct Options {
           --users N          users created before a get/mixed run (default 1000)
           --fsync MODE       passed to a spawned daemon (always | everysec | none); a list such as
                              always,none runs the load once per mode and prints their ratio
-          --threads N        load threads (default 1; each runs an epoll loop)
+          --threads N        load threads (default 1; each runs a poll(2) loop over its connections)
           --idle N           open N idle connections to a spawned daemon, report its RSS per connection
           --recovery N       write N mutations, stop the daemon, time its restart until "listening on"
           --in-process N     no sockets: run N requests of the workload through the dispatcher on this thread
