@@ -33,6 +33,8 @@ final class LoopState: @unchecked Sendable {
     static let unknownMethod = RPCMethod("(unknown)", "")
 
     let loop: EventLoop
+    /// Replies released by journal fsyncs, handed to this loop in one hop per batch.
+    let released: ReleasedReplies
     private var connections: [UInt64: Connection] = [:]
     private var counts: [RPCMethod: Count] = [:]
     /// Bytes of connections already closed.
@@ -41,7 +43,10 @@ final class LoopState: @unchecked Sendable {
     private var idleClosed = 0
     private var sweepTimer: (any DispatchSourceTimer)?
 
-    init(loop: EventLoop) { self.loop = loop }
+    init(loop: EventLoop) {
+        self.loop = loop
+        self.released = ReleasedReplies(loop: loop)
+    }
 
     func add(_ connection: Connection) {
         loop.preconditionOnLoop()
@@ -126,4 +131,41 @@ func collect(_ states: [LoopState], done: @escaping @Sendable (LoopState.Snapsho
         }
     }
     group.notify(queue: .global()) { done(sum.lock.withLock { sum.total }) }
+}
+
+/// Replies that an fsync released, on their way to one loop: the journal's writer adds each one
+/// (any thread); the loop takes all of them in one turn, fills every slot, then flushes each
+/// connection once. One queue hop and one send per connection per fsync, not one per reply.
+final class ReleasedReplies: @unchecked Sendable {
+    // @unchecked: `items` and `scheduled` are guarded by `lock`; `loop` is immutable.
+    private let loop: EventLoop
+    private let lock = NSLock()
+    private var items: [(connection: Connection, slot: UInt64, reply: [UInt8])] = []
+    private var scheduled = false
+
+    init(loop: EventLoop) { self.loop = loop }
+
+    /// Queues a filled slot; the first one since the loop last delivered schedules the delivery.
+    func add(_ connection: Connection, slot: UInt64, reply: [UInt8]) {
+        let schedule: Bool = lock.withLock {
+            items.append((connection, slot, reply))
+            defer { scheduled = true }
+            return !scheduled
+        }
+        if schedule { loop.queue.async { self.deliver() } }
+    }
+
+    private func deliver() {
+        loop.preconditionOnLoop()
+        let batch = lock.withLock {
+            scheduled = false
+            defer { items = [] }
+            return items
+        }
+        for item in batch { item.connection.fill(item.slot, with: item.reply, flush: false) }
+        var flushed = Set<ObjectIdentifier>()
+        for item in batch where flushed.insert(ObjectIdentifier(item.connection)).inserted {
+            item.connection.flush()
+        }
+    }
 }

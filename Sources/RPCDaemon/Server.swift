@@ -175,15 +175,14 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             let slot = connection.reserve()
             let reply = box.scratch
             let form = box.session.form ?? .canonical
+            let released = loopState(connection).released
             durability?.whenDurable(ticket) { failure in
-                connection.queue.async {
-                    guard let failure else { return connection.fill(slot, with: reply) }
-                    var error: [UInt8] = []
-                    RequestCodec.encodeError(
-                        id: id, .internal("the change was applied but not saved: \(failure); it may be lost on restart"),
-                        form: form, into: &error)
-                    connection.fill(slot, with: error)
-                }
+                guard let failure else { return released.add(connection, slot: slot, reply: reply) }
+                var error: [UInt8] = []
+                RequestCodec.encodeError(
+                    id: id, .internal("the change was applied but not saved: \(failure); it may be lost on restart"),
+                    form: form, into: &error)
+                released.add(connection, slot: slot, reply: error)
             }
         }
     }

@@ -276,8 +276,9 @@ public final class Connection: @unchecked Sendable {
         return slot
     }
 
-    /// Fills a reserved place, and sends every reply that no longer waits. Call on the loop queue.
-    public func fill(_ slot: UInt64, with bytes: [UInt8]) {
+    /// Fills a reserved place, and sends every reply that no longer waits (now, or at the caller's
+    /// `flush()` when it fills several at once). Call on the loop queue.
+    public func fill(_ slot: UInt64, with bytes: [UInt8], flush flushNow: Bool = true) {
         loop.preconditionOnLoop()
         guard closeReason == nil, let index = held.firstIndex(where: { $0.slot == slot }) else { return }
         held[index].bytes = bytes
@@ -290,7 +291,7 @@ public final class Connection: @unchecked Sendable {
         }
         held.removeFirst(ready)
         checkOutputCap()
-        flush()
+        if flushNow { flush() }
     }
 
     /// Writes what can be written now; watches for writability for the rest.
