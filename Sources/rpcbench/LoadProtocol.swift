@@ -1,7 +1,8 @@
 /// What a load speaks: the bytes of each request and the check of each reply line. rpcd, Redis and
 /// the floor each have one, so they share one load generator; `LoadThread` is generic over it, so
-/// the hot loop calls them directly (specialized, no closure or existential per request).
-protocol LoadProtocol {
+/// the hot loop calls them directly (specialized, no closure or existential per request). Sendable:
+/// one value is shared by every load thread.
+protocol LoadProtocol: Sendable {
     /// Appends request `seq` of connection `conn`, with its line end, to `out`.
     func appendRequest(conn: Int, seq: Int, into out: inout [UInt8])
     /// Judges `line` (without its `\n`), the reply to request `seq` of connection `conn`
