@@ -140,6 +140,9 @@ func run() throws -> Never {
 
     // MARK: - Load
 
+    if options.compare.contains(.redis) && RedisServer.locate() == nil {
+        fail("--compare redis needs redis-server on PATH (apt-get install redis-server)")
+    }
     // `--fsync always,none` runs the load once per policy (a fresh daemon each) and compares them.
     let policies: [String?] = options.fsync.map { $0.split(separator: ",").map { String($0) } } ?? [nil]
     var runs: [(policy: String?, rps: Int)] = []
@@ -168,11 +171,15 @@ do {
     fail("\(error)")
 }
 
-/// One load run against rpcd (`--connect`, or a daemon spawned with `fsync`): prints the table and
-/// the RESULT line; returns the rate and the errors.
+/// One load run against rpcd (`--connect`, or a daemon spawned with `fsync`), then the `--compare`
+/// rows: prints each row's table and RESULT line; returns rpcd's rate and the errors of every row.
 func runLoad(fsync: String?) throws -> (rps: Int, errors: Int) {
     let rpcd = try measureRPCD(fsync: fsync)
-    return (rpcd.rps, rpcd.errors)
+    guard !options.compare.isEmpty else { return (rpcd.rps, rpcd.errors) }
+    // Durable rows: Redis fsyncs its AOF before every reply where rpcd's creates wait for their fsync.
+    let durable = options.workload == .create && fsync == "always"
+    let references = try runComparisons(after: rpcd, durable: durable, options: options)
+    return (rpcd.rps, references.reduce(rpcd.errors) { $0 + $1.errors })
 }
 
 /// The rpcd row: spawns the daemon (removed again before returning) or reaches `--connect`, creates

@@ -29,6 +29,45 @@ import Glibc
         #expect(temp.rpcbenchEntries() == before, "rpcbench left its data directory behind")
     }
 
+    @Test(
+        "rpcbench --compare redis: rpcd and a spawned redis-server both report zero errors",
+        .enabled(if: Binaries.onPath("redis-server") != nil, "redis-server is not installed (apt-get install redis-server)"),
+        arguments: [["--workload", "get"], ["--workload", "create", "--fsync", "always"]])
+    func compareRedis(_ workload: [String]) throws {
+        try compare("redis", workload)
+    }
+
+    /// Runs rpcd then `reference` on the same 1 s load; checks both RESULT rows, the RATIO line, and
+    /// that nothing (rpcd's data directory, Redis's) is left in the temporary directory.
+    private func compare(_ reference: String, _ workload: [String]) throws {
+        let temp = try BenchTemp()
+        defer { temp.remove() }
+        let before = temp.rpcbenchEntries()
+        let outcome = try temp.runBench(
+            ["--spawn", try Binaries.rpcd().path, "--compare", reference, "--duration", "1", "--warmup", "0.2",
+             "--conns", "4", "--depth", "4", "--users", "50"] + workload,
+            timeout: 60)
+        #expect(outcome.status == 0, "rpcbench failed: \(outcome.stdout)\(outcome.stderr)")
+        let lines = outcome.stdout.split(separator: "\n")
+        for prefix in ["RESULT workload=", "RESULT target=\(reference) workload="] {
+            let result = lines.first { $0.hasPrefix(prefix) } ?? ""
+            #expect(result.contains(" errors=0"), "no \(prefix)… errors=0 line: \(outcome.stdout)")
+            let rps = result.split(separator: " ").first { $0.hasPrefix("rps=") }.flatMap { Int($0.dropFirst(4)) } ?? 0
+            #expect(rps > 0, "\(result)")
+        }
+        #expect(lines.contains { $0.hasPrefix("RATIO rpcd/\(reference) = ") }, "no RATIO line: \(outcome.stdout)")
+        #expect(temp.rpcbenchEntries() == before, "rpcbench left a temporary directory behind")
+    }
+
+    @Test("rpcbench --compare redis without redis-server on PATH exits 2 with one line")
+    func compareRedisMissing() throws {
+        let outcome = try runProcess(
+            URL(fileURLWithPath: "/usr/bin/env"),
+            ["PATH=/nonexistent", try Binaries.rpcbench().path, "--spawn", try Binaries.rpcd().path, "--compare", "redis"], timeout: 30)
+        #expect(outcome.status == 2)
+        #expect(outcome.stderr.hasPrefix("rpcbench: ") && outcome.stderr.split(separator: "\n").count == 1, "\(outcome.stderr)")
+    }
+
     @Test("rpcbench stopped by SIGTERM or SIGINT mid-run kills its daemon and removes its data directory", arguments: [SIGTERM, SIGINT])
     func interrupted(_ signalNumber: Int32) throws {
         let temp = try BenchTemp()
