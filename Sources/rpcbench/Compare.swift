@@ -1,7 +1,7 @@
 import Foundation
 
 /// `--compare`: after the rpcd row, the same load (threads, connections, depth, warmup, duration)
-/// against each reference in turn (Redis), one server at a time; prints each row, then all rows side by side
+/// against each reference in turn, one server at a time; prints each row, then all rows side by side
 /// and `RATIO rpcd/<reference>` per reference. Returns the references' rows.
 func runComparisons(after rpcd: Measurement, durable: Bool, options: Options) throws -> [Measurement] {
     var rows: [Measurement] = []
@@ -9,6 +9,7 @@ func runComparisons(after rpcd: Measurement, durable: Bool, options: Options) th
         print("")
         switch reference {
         case .redis: rows.append(try measureRedis(durable: durable, options: options))
+        case .floor: rows.append(try measureFloor(options: options))
         }
     }
     print("")
@@ -28,6 +29,20 @@ func measureRedis(durable: Bool, options: Options) throws -> Measurement {
         errorsLine: "\(row.errorReplies) replies other than +OK, \(row.mismatches) unexpected replies",
         serverLabel: "redis CPU", serverNote: "; RSS \(redis.rssKiB()) KiB")
     row.printResult("target=redis workload=\(options.workload.rawValue)\(durable ? " appendfsync=always" : "")", options: options)
+    return row
+}
+
+/// The floor on the load: rpcd's request lines, one fixed line back for each.
+func measureFloor(options: Options) throws -> Measurement {
+    let floor = try FloorServer()
+    defer { floor.stop() }
+    let load = FloorLoad(requests: RPCDLoad(workload: options.workload, users: options.users, runTag: "floor"))
+    let row = try measure(load, against: LoadTarget(name: "floor", port: floor.port, cpuSeconds: { floor.cpuSeconds() }, inProcess: true), options: options)
+    print("floor       one fixed reply line per request line: raw epoll, one thread of rpcbench, no parsing")
+    row.printFigures(
+        errorsLine: "\(row.errors) requests lost (any line back counts as a reply)",
+        serverLabel: "floor CPU", serverNote: " (not in bench CPU)")
+    row.printResult("target=floor workload=\(options.workload.rawValue)", options: options)
     return row
 }
 

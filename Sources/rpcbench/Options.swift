@@ -2,7 +2,7 @@
 struct Options {
     enum Workload: String, CaseIterable { case get, create, mixed }
     /// A server `--compare` runs the same load against, after rpcd.
-    enum Reference: String, CaseIterable { case redis }
+    enum Reference: String, CaseIterable { case redis, floor }
 
     var connect: String?
     var spawn: String?
@@ -30,15 +30,17 @@ struct Options {
           --fsync MODE       passed to a spawned daemon (always | everysec | none); a list such as
                              always,none runs the load once per mode and prints their ratio
           --threads N        load threads (default 1; each runs a poll(2) loop over its connections)
-          --compare redis    after rpcd, run the same load against a redis-server it spawns (SET key{n}
-                             value per request, AOF appendfsync always when rpcd runs create with
-                             --fsync always); prints both rows, then RATIO rpcd/redis
+          --compare LIST     after rpcd, run the same load against each of: redis (a redis-server it
+                             spawns: SET key{n} value per request, AOF appendfsync always when rpcd runs
+                             create with --fsync always), floor (a line server inside rpcbench: raw epoll,
+                             one thread, one fixed reply line per request line); prints every row,
+                             then RATIO rpcd/redis and RATIO rpcd/floor
           --idle N           open N idle connections to a spawned daemon, report its RSS per connection
           --recovery N       write N mutations, stop the daemon, time its restart until "listening on"
           --in-process N     no sockets: run N requests of the workload through the dispatcher on this thread
                              (for profiling the decode-dispatch-encode path; run it under valgrind --tool=callgrind)
         Prints a table, then: RESULT workload=… conns=… depth=… rps=… p50_us=… p99_us=… p999_us=… errors=…
-        (the row for --compare: RESULT target=redis workload=… and the same fields)
+        (rows for --compare: RESULT target=redis|floor workload=… and the same fields)
         Exits 1 if any request failed or any reply did not match its request.
         """
 
@@ -78,7 +80,7 @@ struct Options {
             case "--compare":
                 for name in try value().split(separator: ",") {
                     guard let reference = Reference(rawValue: String(name)) else {
-                        throw UsageError("--compare '\(name)' is not redis")
+                        throw UsageError("--compare '\(name)' is not redis or floor")
                     }
                     if !options.compare.contains(reference) { options.compare.append(reference) }
                 }

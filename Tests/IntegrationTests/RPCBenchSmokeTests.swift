@@ -37,6 +37,11 @@ import Glibc
         try compare("redis", workload)
     }
 
+    @Test("rpcbench --compare floor: rpcd and the built-in floor both report zero errors")
+    func compareFloor() throws {
+        try compare("floor", ["--workload", "get"])
+    }
+
     /// Runs rpcd then `reference` on the same 1 s load; checks both RESULT rows, the RATIO line, and
     /// that nothing (rpcd's data directory, Redis's) is left in the temporary directory.
     private func compare(_ reference: String, _ workload: [String]) throws {
