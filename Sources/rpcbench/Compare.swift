@@ -3,7 +3,9 @@ import Foundation
 /// `--compare`: after the rpcd row, the same load (threads, connections, depth, warmup, duration)
 /// against each reference in turn, one server at a time; prints each row, then all rows side by side
 /// and `RATIO rpcd/<reference>` per reference. Returns the references' rows.
-func runComparisons(after rpcd: Measurement, durable: Bool, options: Options) throws -> [Measurement] {
+func runComparisons(after rpcd: Measurement, fsync: String?, options: Options) throws -> [Measurement] {
+    // Durable rows: Redis fsyncs its AOF before every reply where rpcd's creates wait for their fsync.
+    let durable = options.workload == .create && fsync == "always"
     var rows: [Measurement] = []
     for reference in options.compare {
         print("")
@@ -13,7 +15,7 @@ func runComparisons(after rpcd: Measurement, durable: Bool, options: Options) th
         }
     }
     print("")
-    printComparison([rpcd] + rows, options: options)
+    printComparison([rpcd] + rows, fsync: fsync, options: options)
     return rows
 }
 
@@ -47,9 +49,9 @@ func measureFloor(options: Options) throws -> Measurement {
 }
 
 /// The rows side by side, then `RATIO rpcd/<reference> = X (rpcd rps / reference rps; p50 …)`.
-func printComparison(_ rows: [Measurement], options: Options) {
+func printComparison(_ rows: [Measurement], fsync: String?, options: Options) {
     let threads = max(1, min(options.threads, options.conns))
-    print("compare     \(options.workload.rawValue), \(options.conns) conns x depth \(options.depth), \(threads) load thread(s), \(String(format: "%.1f", options.duration)) s measured each")
+    print("compare     \(options.workload.rawValue)\(fsync.map { " (rpcd fsync \($0))" } ?? ""), \(options.conns) conns x depth \(options.depth), \(threads) load thread(s), \(String(format: "%.1f", options.duration)) s measured each")
     func column(_ text: String, _ width: Int) -> String { String(repeating: " ", count: max(0, width - text.count)) + text }
     print("target" + column("requests/s", 14) + column("p50 µs", 9) + column("p99 µs", 9) + column("server CPU", 12) + column("errors", 8))
     for row in rows {

@@ -176,9 +176,7 @@ do {
 func runLoad(fsync: String?) throws -> (rps: Int, errors: Int) {
     let rpcd = try measureRPCD(fsync: fsync)
     guard !options.compare.isEmpty else { return (rpcd.rps, rpcd.errors) }
-    // Durable rows: Redis fsyncs its AOF before every reply where rpcd's creates wait for their fsync.
-    let durable = options.workload == .create && fsync == "always"
-    let references = try runComparisons(after: rpcd, durable: durable, options: options)
+    let references = try runComparisons(after: rpcd, fsync: fsync, options: options)
     return (rpcd.rps, references.reduce(rpcd.errors) { $0 + $1.errors })
 }
 
