@@ -23,7 +23,7 @@ let package = Package(
         .target(name: "RPCClient", dependencies: ["RPCSchema", "RPCTransport"]),
         .target(name: "RPCDaemon", dependencies: ["RPCSchema", "RPCEntities", "RPCTransport", "RPCClient"]),
         .executableTarget(name: "rpcd", dependencies: ["RPCDaemon"]),
-        .executableTarget(name: "rpcbench", dependencies: ["RPCSchema", "RPCEntities", "RPCTransport"]),
+        .executableTarget(name: "rpcbench", dependencies: ["RPCSchema", "RPCEntities", "RPCTransport", "CRPCLinux"]),
         .testTarget(name: "RPCSchemaTests", dependencies: ["RPCSchema"]),
         .testTarget(name: "RPCEntitiesTests", dependencies: ["RPCSchema", "RPCEntities"]),
         .testTarget(name: "RPCTransportTests", dependencies: ["RPCTransport"]),

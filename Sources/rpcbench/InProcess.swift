@@ -9,7 +9,7 @@ func runInProcess(count: Int, options: Options) -> Never {
     var session = Dispatcher.Session()
     var out: [UInt8] = []
     out.reserveCapacity(1 << 16)
-    let factory = RequestFactory(workload: options.workload, users: options.users, runTag: "inproc")
+    let factory = RPCDLoad(workload: options.workload, users: options.users, runTag: "inproc")
     for line in createUsersLines(options.users, prefix: "bench-u") {
         line.dropLast().withUnsafeBytes { _ = dispatcher.handle(line: $0, session: &session, into: &out) }
     }
@@ -19,7 +19,7 @@ func runInProcess(count: Int, options: Options) -> Never {
     var createSeq = 0
     for seq in 0..<distinct {
         var line: [UInt8] = []
-        factory.append(conn: 0, seq: seq, into: &line)
+        factory.appendRequest(conn: 0, seq: seq, into: &line)
         lines.append(Array(line.dropLast()))
         createSeq = seq
     }
@@ -32,7 +32,7 @@ func runInProcess(count: Int, options: Options) -> Never {
             // Creates need fresh ids: re-encode with a new sequence number.
             createSeq += 1
             var fresh: [UInt8] = []
-            factory.append(conn: 0, seq: createSeq, into: &fresh)
+            factory.appendRequest(conn: 0, seq: createSeq, into: &fresh)
             line = Array(fresh.dropLast())
         }
         line.withUnsafeBytes { _ = dispatcher.handle(line: $0, session: &session, into: &out) }
@@ -51,19 +51,3 @@ func runInProcess(count: Int, options: Options) -> Never {
 }
 
 private let errorMarker = Array(#""method":"error.error""#.utf8)
-
-/// How many times `needle` occurs in `haystack` (a plain byte scan: no String, no Foundation).
-func countOccurrences(of needle: [UInt8], in haystack: UnsafeRawBufferPointer) -> Int {
-    guard haystack.count >= needle.count, let first = needle.first else { return 0 }
-    var found = 0
-    var start = 0
-    while start <= haystack.count - needle.count {
-        if haystack[start] == first && needle.indices.allSatisfy({ haystack[start + $0] == needle[$0] }) {
-            found += 1
-            start += needle.count
-        } else {
-            start += 1
-        }
-    }
-    return found
-}

@@ -18,41 +18,6 @@ struct LoadResult {
     var firstError: String?
 }
 
-/// Request lines, built from fixed parts so the hot loop only appends an id and a number.
-struct RequestFactory {
-    let workload: Options.Workload
-    let users: Int
-    let runTag: String
-
-    /// Appends request `seq` of connection `conn` (with its `\n`) to `out`.
-    func append(conn: Int, seq: Int, into out: inout [UInt8]) {
-        out.append(contentsOf: #"{"id":"c"#.utf8)
-        appendNumber(conn, &out)
-        out.append(UInt8(ascii: "-"))
-        appendNumber(seq, &out)
-        let create = workload == .create || (workload == .mixed && seq % 10 == 0)
-        if create {
-            out.append(contentsOf: #"","method":"user.createUser","param":{"id":"b"#.utf8)
-            out.append(contentsOf: runTag.utf8)
-            out.append(UInt8(ascii: "-"))
-            appendNumber(conn, &out)
-            out.append(UInt8(ascii: "-"))
-            appendNumber(seq, &out)
-            out.append(contentsOf: #"","name":"Bench","email":"bench@example.com"}}"#.utf8)
-        } else {
-            out.append(contentsOf: #"","method":"user.getUser","param":{"userId":"bench-u"#.utf8)
-            appendNumber((seq &* 7919 &+ conn) % users, &out)
-            out.append(contentsOf: #""}}"#.utf8)
-        }
-        out.append(UInt8(ascii: "\n"))
-    }
-}
-
-@inline(__always) func appendNumber(_ n: Int, _ out: inout [UInt8]) {
-    if n >= 10 { appendNumber(n / 10, &out) }
-    out.append(UInt8(ascii: "0") + UInt8(n % 10))
-}
-
 /// One connection of the load: requests in flight are a FIFO (replies come back in request order).
 final class LoadConnection {
     let fd: Int32
@@ -97,18 +62,19 @@ func openConnection(host: String, port: Int) throws -> Int32 {
 }
 
 /// A poll(2) loop driving some connections at a fixed depth until `stopAt`; measures from `measureFrom`.
-final class LoadThread {
+/// What goes on the wire and what counts as a good reply is `load`'s (rpcd, Redis or the floor).
+final class LoadThread<Load: LoadProtocol> {
     let connections: [LoadConnection]
-    let factory: RequestFactory
+    let load: Load
     let depth: Int
     let measureFrom: UInt64
     let stopAt: UInt64
     var result = LoadResult()
     private var readBuffer = [UInt8](repeating: 0, count: 256 * 1024)
 
-    init(connections: [LoadConnection], factory: RequestFactory, depth: Int, measureFrom: UInt64, stopAt: UInt64) {
+    init(connections: [LoadConnection], load: Load, depth: Int, measureFrom: UInt64, stopAt: UInt64) {
         self.connections = connections
-        self.factory = factory
+        self.load = load
         self.depth = depth
         self.measureFrom = measureFrom
         self.stopAt = stopAt
@@ -157,7 +123,7 @@ final class LoadThread {
     private func issue(_ connection: LoadConnection, now: UInt64) {
         let seq = connection.nextSeq
         connection.nextSeq += 1
-        factory.append(conn: connection.index, seq: seq, into: &connection.output)
+        load.appendRequest(conn: connection.index, seq: seq, into: &connection.output)
         connection.inflight.append((seq: seq, sentAt: now))
     }
 
@@ -183,7 +149,7 @@ final class LoadThread {
         while !connection.closed {
             let n = readBuffer.withUnsafeMutableBytes { read(connection.fd, $0.baseAddress, $0.count) }
             if n == 0 {
-                fail(connection, "daemon closed the connection")
+                fail(connection, "the server closed the connection")
                 return
             }
             if n < 0 {
@@ -231,39 +197,20 @@ final class LoadThread {
             connection.inflight.removeFirst(connection.inflightHead)
             connection.inflightHead = 0
         }
-        // The id is the first field: {"id":"c<conn>-<seq>", compared without decoding the line.
-        var expected: [UInt8] = Array(#"{"id":"c"#.utf8)
-        appendNumber(connection.index, &expected)
-        expected.append(UInt8(ascii: "-"))
-        appendNumber(seq, &expected)
-        expected.append(UInt8(ascii: "\""))
-        if line.count < expected.count || !zip(line, expected).allSatisfy({ $0 == $1 }) {
-            result.mismatches += 1
-            note(error: "reply id mismatch, expected \(String(decoding: expected, as: UTF8.self)): \(String(decoding: line.prefix(200), as: UTF8.self))")
-        } else if Self.contains(line, Self.errorMarker) {
+        switch load.check(reply: line, conn: connection.index, seq: seq) {
+        case .ok: break
+        case .error:
             result.errors += 1
             note(error: String(decoding: line.prefix(300), as: UTF8.self))
+        case .mismatch:
+            result.mismatches += 1
+            note(error: "reply does not match request \(seq) of connection \(connection.index): \(String(decoding: line.prefix(200), as: UTF8.self))")
         }
         if sentAt >= measureFrom && now <= stopAt {
             result.completed += 1
             result.histogram.record(Int((now - sentAt) / 1000))
         }
         if !stopping { issue(connection, now: now) }
-    }
-
-    private static let errorMarker = Array(#""method":"error.error""#.utf8)
-
-    private static func contains(_ haystack: UnsafeRawBufferPointer, _ needle: [UInt8]) -> Bool {
-        guard haystack.count >= needle.count else { return false }
-        for start in 0...(haystack.count - needle.count) where haystack[start] == needle[0] {
-            var match = true
-            for j in 1..<needle.count where haystack[start + j] != needle[j] {
-                match = false
-                break
-            }
-            if match { return true }
-        }
-        return false
     }
 
     private func fail(_ connection: LoadConnection, _ message: String) {

@@ -1,6 +1,8 @@
 /// rpcbench's command line.
 struct Options {
     enum Workload: String, CaseIterable { case get, create, mixed }
+    /// A server `--compare` runs the same load against, after rpcd.
+    enum Reference: String, CaseIterable { case redis, floor }
 
     var connect: String?
     var spawn: String?
@@ -15,6 +17,7 @@ struct Options {
     var recovery: Int?
     var inProcess: Int?
     var threads = 1
+    var compare: [Reference] = []
 
     static let usage = """
         usage: rpcbench (--connect HOST:PORT | --spawn PATH_TO_RPCD) [options]
@@ -26,12 +29,18 @@ struct Options {
           --users N          users created before a get/mixed run (default 1000)
           --fsync MODE       passed to a spawned daemon (always | everysec | none); a list such as
                              always,none runs the load once per mode and prints their ratio
-          --threads N        load threads (default 1; each runs an epoll loop)
+          --threads N        load threads (default 1; each runs a poll(2) loop over its connections)
+          --compare LIST     after rpcd, run the same load against each of: redis (a redis-server it
+                             spawns: SET key{n} value per request, AOF appendfsync always when rpcd runs
+                             create with --fsync always), floor (a line server inside rpcbench: raw epoll,
+                             one thread, one fixed reply line per request line); prints every row,
+                             then RATIO rpcd/redis and RATIO rpcd/floor
           --idle N           open N idle connections to a spawned daemon, report its RSS per connection
           --recovery N       write N mutations, stop the daemon, time its restart until "listening on"
           --in-process N     no sockets: run N requests of the workload through the dispatcher on this thread
                              (for profiling the decode-dispatch-encode path; run it under valgrind --tool=callgrind)
         Prints a table, then: RESULT workload=… conns=… depth=… rps=… p50_us=… p99_us=… p999_us=… errors=…
+        (rows for --compare: RESULT target=redis|floor workload=… and the same fields)
         Exits 1 if any request failed or any reply did not match its request.
         """
 
@@ -68,6 +77,13 @@ struct Options {
             case "--idle": options.idle = try number(Int.self)
             case "--recovery": options.recovery = try number(Int.self)
             case "--in-process": options.inProcess = try number(Int.self)
+            case "--compare":
+                for name in try value().split(separator: ",") {
+                    guard let reference = Reference(rawValue: String(name)) else {
+                        throw UsageError("--compare '\(name)' is not redis or floor")
+                    }
+                    if !options.compare.contains(reference) { options.compare.append(reference) }
+                }
             case "--help", "-h": throw UsageError(usage)
             default: throw UsageError("unknown option '\(flag)'; see rpcbench --help")
             }
@@ -75,6 +91,9 @@ struct Options {
         if options.connect == nil && options.spawn == nil && options.inProcess == nil { throw UsageError("give --connect HOST:PORT or --spawn PATH_TO_RPCD") }
         if (options.idle != nil || options.recovery != nil) && options.spawn == nil {
             throw UsageError("--idle and --recovery need --spawn PATH_TO_RPCD (they measure the daemon's process)")
+        }
+        if !options.compare.isEmpty && (options.idle != nil || options.recovery != nil || options.inProcess != nil) {
+            throw UsageError("--compare goes with a load run, not --idle, --recovery or --in-process")
         }
         return options
     }

@@ -25,7 +25,7 @@ final class SpawnedDaemon: @unchecked Sendable {
         process.standardError = pipe
         let started = Date()
         try process.run()
-        Self.live.withLock { $0.append(process) }
+        Cleanup.track(process)
         try? pipe.fileHandleForWriting.close()
         let reader = pipe.fileHandleForReading
         Thread.detachNewThread { [self] in
@@ -57,34 +57,11 @@ final class SpawnedDaemon: @unchecked Sendable {
 
     var pid: Int32 { process.processIdentifier }
 
-    /// Every daemon this process started, so none outlives rpcbench (`exit` skips `defer`).
-    private static let live = LockedProcesses()
+    /// Resident set size of the daemon in KiB.
+    func rssKiB() -> Int { ProcessStats.rssKiB(pid: pid) }
 
-    /// Kills whatever is still running; installed with `atexit`.
-    static func killAll() {
-        live.withLock { processes in
-            for process in processes where process.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) }
-        }
-    }
-
-    /// Resident set size of the daemon in KiB, from /proc.
-    func rssKiB() -> Int {
-        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return 0 }
-        for line in status.split(separator: "\n") where line.hasPrefix("VmRSS:") {
-            return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
-        }
-        return 0
-    }
-
-    /// CPU seconds the daemon used so far (user + system), from /proc.
-    func cpuSeconds() -> Double {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-            let close = stat.lastIndex(of: ")")
-        else { return 0 }
-        let fields = stat[stat.index(after: close)...].split(separator: " ")
-        guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
-        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
-    }
+    /// CPU seconds the daemon used so far (user + system).
+    func cpuSeconds() -> Double { ProcessStats.cpuSeconds(pid: pid) }
 
     /// SIGTERM and wait for the exit.
     func stop() {
@@ -96,18 +73,5 @@ final class SpawnedDaemon: @unchecked Sendable {
     func kill() {
         if process.isRunning { Glibc.kill(pid, SIGKILL) }
         process.waitUntilExit()
-    }
-}
-
-/// The daemons started so far, behind a lock.
-final class LockedProcesses: @unchecked Sendable {
-    // @unchecked: `processes` is only touched with `lock` held.
-    private let lock = NSLock()
-    private var processes: [Process] = []
-
-    func withLock<T>(_ body: (inout [Process]) -> T) -> T {
-        lock.lock()
-        defer { lock.unlock() }
-        return body(&processes)
     }
 }

@@ -5,7 +5,9 @@ import Glibc
 #endif
 
 signal(SIGPIPE, SIG_IGN)
-atexit { SpawnedDaemon.killAll() }
+// Every exit path (return, exit, fail, SIGINT, SIGTERM) kills the processes rpcbench started and
+// removes their temporary directories.
+Cleanup.install()
 
 let options: Options
 do {
@@ -24,11 +26,8 @@ func fail(_ message: String) -> Never {
     exit(2)
 }
 
-func freshDataDir() -> String {
-    let path = NSTemporaryDirectory() + "rpcbench-\(getpid())-\(UUID().uuidString.prefix(8))"
-    try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    return path
-}
+/// An empty data directory for a spawned daemon, removed at exit if not before.
+func freshDataDir() -> String { Cleanup.makeTemporaryDirectory() }
 
 func spawnArguments() -> [String] {
     options.fsync.map { ["--fsync", String($0.split(separator: ",").first ?? "")] } ?? []
@@ -130,7 +129,7 @@ func run() throws -> Never {
         let seconds = restarted.startSeconds
         let check = try pipeline(host: "127.0.0.1", port: restarted.port, lines: [Array((#"{"id":"x","method":"user.getUser","param":{"userId":"r\#(mutations - 1)"}}"# + "\n").utf8)])
         restarted.kill()
-        try? FileManager.default.removeItem(atPath: dataDir)
+        Cleanup.removeDirectory(dataDir)
         print("mutations written  \(mutations) in \(String(format: "%.2f", writeSeconds)) s (\(errors) errors)")
         print("data dir size      \(journalBytes / 1024) KiB")
         print("restart until listening: \(String(format: "%.3f", seconds)) s")
@@ -141,6 +140,9 @@ func run() throws -> Never {
 
     // MARK: - Load
 
+    if options.compare.contains(.redis) && RedisServer.locate() == nil {
+        fail("--compare redis needs redis-server on PATH (apt-get install redis-server)")
+    }
     // `--fsync always,none` runs the load once per policy (a fresh daemon each) and compares them.
     let policies: [String?] = options.fsync.map { $0.split(separator: ",").map { String($0) } } ?? [nil]
     var runs: [(policy: String?, rps: Int)] = []
@@ -169,100 +171,55 @@ do {
     fail("\(error)")
 }
 
-/// Hands a non-Sendable value to one other thread that alone uses it until `group.wait()`.
-final class UncheckedBox<T>: @unchecked Sendable {
-    // @unchecked: the value is used by exactly one thread at a time (handed over, then joined).
-    let value: T
-    init(_ value: T) { self.value = value }
+/// One load run against rpcd (`--connect`, or a daemon spawned with `fsync`), then the `--compare`
+/// rows: prints each row's table and RESULT line; returns rpcd's rate and the errors of every row.
+func runLoad(fsync: String?) throws -> (rps: Int, errors: Int) {
+    let rpcd = try measureRPCD(fsync: fsync)
+    guard !options.compare.isEmpty else { return (rpcd.rps, rpcd.errors) }
+    let references = try runComparisons(after: rpcd, fsync: fsync, options: options)
+    return (rpcd.rps, references.reduce(rpcd.errors) { $0 + $1.errors })
 }
 
-/// One load run (against `--connect`, or a daemon spawned with `fsync`): prints the table and the RESULT line.
-func runLoad(fsync: String?) throws -> (rps: Int, errors: Int) {
+/// The rpcd row: spawns the daemon (removed again before returning) or reaches `--connect`, creates
+/// the users a get or mixed load reads, runs the load, prints the table and the RESULT line.
+func measureRPCD(fsync: String?) throws -> Measurement {
+    var target = LoadTarget(name: "rpcd", port: 0)
     var daemon: SpawnedDaemon?
-    var host = "127.0.0.1"
-    var port = 0
     if let binary = options.spawn {
-        daemon = try SpawnedDaemon(binary: binary, dataDir: freshDataDir(), extraArguments: fsync.map { ["--fsync", $0] } ?? [])
-        port = daemon!.port
+        let spawned = try SpawnedDaemon(binary: binary, dataDir: freshDataDir(), extraArguments: fsync.map { ["--fsync", $0] } ?? [])
+        daemon = spawned
+        target.port = spawned.port
+        target.cpuSeconds = { spawned.cpuSeconds() }
     } else if let connect = options.connect {
         guard let colon = connect.lastIndex(of: ":"), let p = Int(connect[connect.index(after: colon)...]) else {
             fail("--connect '\(connect)' is not HOST:PORT")
         }
-        host = String(connect[..<colon])
-        if host == "localhost" { host = "127.0.0.1" }
-        port = p
+        target.host = String(connect[..<colon])
+        if target.host == "localhost" { target.host = "127.0.0.1" }
+        target.port = p
     }
-    defer { daemon?.kill() }
+    defer {
+        if let daemon {
+            daemon.kill()
+            Cleanup.removeDirectory(daemon.dataDir)
+        }
+    }
 
     if options.workload != .create {
         // Existing users for getUser; conflicts from an earlier run against the same daemon are fine.
-        _ = try pipeline(host: host, port: port, lines: createUsersLines(options.users, prefix: "bench-u"))
+        _ = try pipeline(host: target.host, port: target.port, lines: createUsersLines(options.users, prefix: "bench-u"))
     }
 
     raiseFileLimit()
-    let runTag = String(UUID().uuidString.prefix(8))
-    let factory = RequestFactory(workload: options.workload, users: options.users, runTag: runTag)
-    var connections: [LoadConnection] = []
-    for index in 0..<options.conns {
-        do { connections.append(LoadConnection(fd: try openConnection(host: host, port: port), index: index)) } catch { fail("\(error)") }
-    }
-
-    let start = nowNanoseconds()
-    let measureFrom = start + UInt64(options.warmup * 1e9)
-    let stopAt = measureFrom + UInt64(options.duration * 1e9)
+    let load = RPCDLoad(workload: options.workload, users: options.users, runTag: String(UUID().uuidString.prefix(8)))
+    let rpcd = try measure(load, against: target, options: options)
     let threadCount = max(1, min(options.threads, options.conns))
-    let threads = (0..<threadCount).map { t in
-        LoadThread(
-            connections: connections.enumerated().filter { $0.offset % threadCount == t }.map(\.element),
-            factory: factory, depth: options.depth, measureFrom: measureFrom, stopAt: stopAt)
-    }
-
-    var usageBefore = rusage()
-    getrusage(RUSAGE_SELF.rawValue, &usageBefore)
-    let daemonCPUBefore = daemon?.cpuSeconds() ?? 0
-    let group = DispatchGroup()
-    for thread in threads.dropFirst() {
-        let box = UncheckedBox(thread)
-        group.enter()
-        Thread.detachNewThread {
-            box.value.run()
-            group.leave()
-        }
-    }
-    threads[0].run()
-    group.wait()
-    var usageAfter = rusage()
-    getrusage(RUSAGE_SELF.rawValue, &usageAfter)
-    let daemonCPU = (daemon?.cpuSeconds() ?? 0) - daemonCPUBefore
-    let elapsed = Double(nowNanoseconds() - start) / 1e9
-
-    var total = LoadResult()
-    for thread in threads {
-        total.histogram.merge(thread.result.histogram)
-        total.completed += thread.result.completed
-        total.errors += thread.result.errors
-        total.mismatches += thread.result.mismatches
-        total.firstError = total.firstError ?? thread.result.firstError
-    }
-    for connection in connections { close(connection.fd) }
-
-    func seconds(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
-    let benchCPU = seconds(usageAfter.ru_utime) - seconds(usageBefore.ru_utime) + seconds(usageAfter.ru_stime) - seconds(usageBefore.ru_stime)
-    let rps = Int(Double(total.completed) / options.duration)
-    let errors = total.errors + total.mismatches
-
     print("workload    \(options.workload.rawValue)\(fsync.map { " (fsync \($0))" } ?? "")")
     print("conns       \(options.conns) x depth \(options.depth), \(threadCount) load thread(s)")
     print("measured    \(String(format: "%.1f", options.duration)) s after \(String(format: "%.1f", options.warmup)) s warmup")
-    print("requests/s  \(rps)")
-    print("latency µs  p50 \(total.histogram.percentile(0.5))  p99 \(total.histogram.percentile(0.99))  p99.9 \(total.histogram.percentile(0.999))")
-    print("errors      \(total.errors) error replies, \(total.mismatches) id mismatches")
-    print("bench CPU   \(String(format: "%.0f", benchCPU / elapsed * 100))% of one core (\(String(format: "%.2f", benchCPU)) s over \(String(format: "%.2f", elapsed)) s)")
-    if daemon != nil {
-        print("daemon CPU  \(String(format: "%.0f", daemonCPU / elapsed * 100))% of one core; RSS \(daemon!.rssKiB()) KiB")
-    }
-    if let first = total.firstError { print("first error \(first)") }
-    print("RESULT workload=\(options.workload.rawValue)\(fsync.map { " fsync=\($0)" } ?? "") conns=\(options.conns) depth=\(options.depth) rps=\(rps) p50_us=\(total.histogram.percentile(0.5)) p99_us=\(total.histogram.percentile(0.99)) p999_us=\(total.histogram.percentile(0.999)) errors=\(errors)")
-    daemon?.kill()
-    return (rps, errors)
+    rpcd.printFigures(
+        errorsLine: "\(rpcd.errorReplies) error replies, \(rpcd.mismatches) id mismatches",
+        serverLabel: "daemon CPU", serverNote: daemon.map { "; RSS \($0.rssKiB()) KiB" } ?? "")
+    rpcd.printResult("workload=\(options.workload.rawValue)\(fsync.map { " fsync=\($0)" } ?? "")", options: options)
+    return rpcd
 }

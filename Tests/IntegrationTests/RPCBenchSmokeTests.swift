@@ -1,16 +1,23 @@
 import Foundation
 import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// rpcbench runs each workload for a second against a daemon it spawns, with no errors.
 /// A smoke test of the tool, not a timed test: figures are not asserted.
+///
+/// Each run gets a temporary directory of its own as TMPDIR (rpcbench's `NSTemporaryDirectory()`), so
+/// the count of `rpcbench-*` entries in it, the same before and after the run, is not disturbed by
+/// other runs on the machine.
 @Suite("rpcbench smoke") struct RPCBenchSmokeTests {
-    @Test("rpcbench reports zero errors", arguments: ["get", "create", "mixed"])
+    @Test("rpcbench reports zero errors and leaves no rpcbench-* in its temporary directory", arguments: ["get", "create", "mixed"])
     func workload(_ workload: String) throws {
-        let bench = try Binaries.rpcbench()
-        let rpcd = try Binaries.rpcd()
-        let outcome = try runProcess(
-            bench,
-            ["--spawn", rpcd.path, "--workload", workload, "--duration", "1", "--warmup", "0.2",
+        let temp = try BenchTemp()
+        defer { temp.remove() }
+        let before = temp.rpcbenchEntries()
+        let outcome = try temp.runBench(
+            ["--spawn", try Binaries.rpcd().path, "--workload", workload, "--duration", "1", "--warmup", "0.2",
              "--conns", "4", "--depth", "4", "--users", "50"],
             timeout: 60)
         #expect(outcome.status == 0, "rpcbench failed: \(outcome.stdout)\(outcome.stderr)")
@@ -19,6 +26,80 @@ import Testing
         #expect(result.contains(" errors=0"), "\(result)")
         let rps = result.split(separator: " ").first { $0.hasPrefix("rps=") }.flatMap { Int($0.dropFirst(4)) } ?? 0
         #expect(rps > 0, "\(result)")
+        #expect(temp.rpcbenchEntries() == before, "rpcbench left its data directory behind")
+    }
+
+    @Test(
+        "rpcbench --compare redis: rpcd and a spawned redis-server both report zero errors",
+        .enabled(if: Binaries.onPath("redis-server") != nil, "redis-server is not installed (apt-get install redis-server)"),
+        arguments: [["--workload", "get"], ["--workload", "create", "--fsync", "always"]])
+    func compareRedis(_ workload: [String]) throws {
+        try compare("redis", workload)
+    }
+
+    @Test("rpcbench --compare floor: rpcd and the built-in floor both report zero errors")
+    func compareFloor() throws {
+        try compare("floor", ["--workload", "get"])
+    }
+
+    /// Runs rpcd then `reference` on the same 1 s load; checks both RESULT rows, the RATIO line, and
+    /// that nothing (rpcd's data directory, Redis's) is left in the temporary directory.
+    private func compare(_ reference: String, _ workload: [String]) throws {
+        let temp = try BenchTemp()
+        defer { temp.remove() }
+        let before = temp.rpcbenchEntries()
+        let outcome = try temp.runBench(
+            ["--spawn", try Binaries.rpcd().path, "--compare", reference, "--duration", "1", "--warmup", "0.2",
+             "--conns", "4", "--depth", "4", "--users", "50"] + workload,
+            timeout: 60)
+        #expect(outcome.status == 0, "rpcbench failed: \(outcome.stdout)\(outcome.stderr)")
+        let lines = outcome.stdout.split(separator: "\n")
+        for prefix in ["RESULT workload=", "RESULT target=\(reference) workload="] {
+            let result = lines.first { $0.hasPrefix(prefix) } ?? ""
+            #expect(result.contains(" errors=0"), "no \(prefix)… errors=0 line: \(outcome.stdout)")
+            let rps = result.split(separator: " ").first { $0.hasPrefix("rps=") }.flatMap { Int($0.dropFirst(4)) } ?? 0
+            #expect(rps > 0, "\(result)")
+        }
+        #expect(lines.contains { $0.hasPrefix("RATIO rpcd/\(reference) = ") }, "no RATIO line: \(outcome.stdout)")
+        #expect(temp.rpcbenchEntries() == before, "rpcbench left a temporary directory behind")
+    }
+
+    @Test("rpcbench --compare redis without redis-server on PATH exits 2 with one line")
+    func compareRedisMissing() throws {
+        let outcome = try runProcess(
+            URL(fileURLWithPath: "/usr/bin/env"),
+            ["PATH=/nonexistent", try Binaries.rpcbench().path, "--spawn", try Binaries.rpcd().path, "--compare", "redis"], timeout: 30)
+        #expect(outcome.status == 2)
+        #expect(outcome.stderr.hasPrefix("rpcbench: ") && outcome.stderr.split(separator: "\n").count == 1, "\(outcome.stderr)")
+    }
+
+    @Test("rpcbench stopped by SIGTERM or SIGINT mid-run kills its daemon and removes its data directory", arguments: [SIGTERM, SIGINT])
+    func interrupted(_ signalNumber: Int32) throws {
+        let temp = try BenchTemp()
+        defer { temp.remove() }
+        let process = Process()
+        process.executableURL = try Binaries.rpcbench()
+        process.arguments = ["--spawn", try Binaries.rpcd().path, "--duration", "60", "--warmup", "0", "--conns", "2", "--depth", "2", "--users", "10"]
+        process.environment = ProcessInfo.processInfo.environment.merging(["TMPDIR": temp.path]) { $1 }
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+        // Running: the daemon is up on its data directory, and half a second later under load.
+        let deadline = Date().addingTimeInterval(30)
+        while temp.processesNamingIt().isEmpty && process.isRunning && Date() < deadline { usleep(20_000) }
+        usleep(500_000)
+        #expect(temp.rpcbenchEntries().count == 1, "no data directory while running")
+        #expect(!temp.processesNamingIt().isEmpty, "no daemon while running")
+        kill(process.processIdentifier, signalNumber)
+        let exitDeadline = Date().addingTimeInterval(20)
+        while process.isRunning && Date() < exitDeadline { usleep(10_000) }
+        #expect(!process.isRunning, "rpcbench still running 20 s after the signal")
+        process.waitUntilExit()
+        #expect(process.terminationReason == .uncaughtSignal && process.terminationStatus == signalNumber)
+        #expect(temp.rpcbenchEntries().isEmpty, "left behind: \(temp.rpcbenchEntries())")
+        #expect(temp.processesNamingIt().isEmpty, "a daemon outlived rpcbench")
     }
 
     @Test("rpcbench fails with exit 2 and one line when it cannot connect")
@@ -27,4 +108,36 @@ import Testing
         #expect(outcome.status == 2)
         #expect(outcome.stderr.hasPrefix("rpcbench: ") && outcome.stderr.split(separator: "\n").count == 1)
     }
+}
+
+/// A temporary directory given to one rpcbench run as its TMPDIR.
+private struct BenchTemp {
+    /// With a trailing `/`, as `NSTemporaryDirectory()` returns it.
+    let path: String
+
+    init() throws {
+        path = NSTemporaryDirectory() + "bench-smoke-\(UUID().uuidString.prefix(8))/"
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    }
+
+    /// The `rpcbench-*` entries in it.
+    func rpcbenchEntries() -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).filter { $0.hasPrefix("rpcbench-") }.sorted()
+    }
+
+    /// Processes whose command line names a path in it (daemons rpcbench started there).
+    func processesNamingIt() -> [Int32] {
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return entries.compactMap(Int32.init).filter { pid in
+            guard let data = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline") else { return false }
+            return String(decoding: data.map { $0 == 0 ? UInt8(ascii: " ") : $0 }, as: UTF8.self).contains(path)
+        }
+    }
+
+    /// Runs rpcbench with this directory as its TMPDIR.
+    func runBench(_ arguments: [String], timeout: Double) throws -> ProcessOutcome {
+        try runProcess(URL(fileURLWithPath: "/usr/bin/env"), ["TMPDIR=\(path)", try Binaries.rpcbench().path] + arguments, timeout: timeout)
+    }
+
+    func remove() { try? FileManager.default.removeItem(atPath: path) }
 }
