@@ -46,19 +46,31 @@ struct ReadmeClientTests {
         #expect(lines(blocks.last ?? "") == lines(compiled))
     }
 
-    @Test("the example program, built only on the library product, talks to the daemon")
+    @Test("the example program, built only on the library product, talks to the daemon, and runs again on the same data")
     func exampleRuns() throws {
         try withDaemon { daemon in
-            let out = try runProcess(try Binaries.locate("rpc-example"), ["127.0.0.1:\(daemon.port)"], timeout: 20)
-            #expect(out.status == 0, "stderr: \(out.stderr)")
-            #expect(out.stdout == """
-                created Ada; 1 user(s)
+            let first = try runProcess(try Binaries.locate("rpc-example"), ["127.0.0.1:\(daemon.port)"], timeout: 20)
+            #expect(first.status == 0, "stderr: \(first.stderr)")
+            #expect(first.stdout == """
+                have Ada; 1 user(s)
                 not found: no user "nobody"; user.listUsers shows the existing ids
                 added Hall
                 b9: no building "b9"; building.listBuildings shows the existing ids
 
                 """)
+            // A second run finds u1 and b1 (the README session and ./data persist them): no crash.
+            let second = try runProcess(try Binaries.locate("rpc-example"), ["127.0.0.1:\(daemon.port)"], timeout: 20)
+            #expect(second.status == 0, "stderr: \(second.stderr)")
+            #expect(second.stdout.hasPrefix("have Ada; 1 user(s)\n"), "\(second.stdout)")
+            #expect(second.stdout.contains("b1: building \"b1\" exists already"), "\(second.stdout)")
         }
+    }
+
+    @Test("without a daemon the example prints one line and exits 1 (no crash)")
+    func exampleWithoutDaemon() throws {
+        let out = try runProcess(try Binaries.locate("rpc-example"), ["127.0.0.1:1"], timeout: 20)
+        #expect(out.status == 1, "stdout: \(out.stdout) stderr: \(out.stderr)")
+        #expect(out.stdout.hasPrefix("rpc-example: ") && out.stdout.split(separator: "\n").count == 1, "\(out.stdout)")
     }
 
     /// A call type the client has never seen: the client needs no code for a new method.
