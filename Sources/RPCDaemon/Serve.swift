@@ -40,7 +40,7 @@ extension Daemon {
 
         // State: lock the data directory, replay the snapshot and journal, open the journal.
         guard let (state, journal) = openState(options, log: log) else { return 1 }
-        let dispatcher = Dispatcher(state: state, log: journal, onCounterRequest: { request in
+        let dispatcher = Dispatcher(state: state, log: journal, alsoServed: SystemMethods.calls.map { $0.method }, onCounterRequest: { request in
             log.debug("counter-request \(request.method) id \(request.id) received; not answered")
         })
         journal.attach(dispatcher)

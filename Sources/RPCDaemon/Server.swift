@@ -257,7 +257,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     /// `system.*`: answered here, in request order like every other reply.
     private func serveSystem(_ request: Request, form: WireForm, on connection: Connection, box: SessionBox) {
         let stats = loopState(connection)
-        let error = SystemMethods.serves(request.method) ? SystemMethods.checkParam(request) : SystemMethods.unknown(request.method)
+        let error = SystemMethods.serves(request.method) ? SystemMethods.checkParam(request) : dispatcher.methodNotFound(request.method)
         stats.count(SystemMethods.serves(request.method) ? request.method : LoopState.unknownMethod, failed: error != nil)
         if let error {
             RequestCodec.encodeError(id: request.id, error, form: form, into: &box.scratch)

@@ -45,10 +45,6 @@ struct SystemMethods: Sendable {
         }
     }
 
-    static func unknown(_ method: RPCMethod) -> RPCError {
-        let names = calls.map { $0.method.description }.joined(separator: ", ")
-        return .methodNotFound("entity \"system\" has no method \"\(method.name)\"; methods: \(names)")
-    }
 
     static func encode<R: Encodable>(_ reply: R) -> JSONValue {
         (try? JSONValueEncoder().encode(reply)) ?? .null

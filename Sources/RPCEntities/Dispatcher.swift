@@ -24,6 +24,8 @@ public final class Dispatcher: @unchecked Sendable {
     public let table: MethodTable<Entities>
     private let log: MutationLog?
     private let onCounterRequest: @Sendable (Request) -> Void
+    /// Methods served beside the table (the daemon's `system.*`), named in `methodNotFound` errors.
+    public let alsoServed: [RPCMethod]
 
     /// What a connection remembers between lines.
     public struct Session: Sendable {
@@ -44,8 +46,9 @@ public final class Dispatcher: @unchecked Sendable {
 
     public init(
         state: Entities = Entities(), table: MethodTable<Entities> = Entities.table, log: MutationLog? = nil,
-        onCounterRequest: @escaping @Sendable (Request) -> Void = { _ in }
+        alsoServed: [RPCMethod] = [], onCounterRequest: @escaping @Sendable (Request) -> Void = { _ in }
     ) {
+        self.alsoServed = alsoServed
         self.state = state
         self.table = table
         self.log = log
@@ -86,11 +89,7 @@ public final class Dispatcher: @unchecked Sendable {
     /// Handles a decoded request; the reply goes in `form`.
     public func serve(_ request: Request, form: WireForm, into out: inout [UInt8]) -> Served {
         guard let entry = table.entry(for: request.method) else {
-            let hint = table.hasEntity(request.method.entity)
-                ? "entity \"\(request.method.entity)\" has no method \"\(request.method.name)\""
-                : "there is no entity \"\(request.method.entity)\""
-            let methods = table.entries.map(\.method.description).joined(separator: ", ")
-            RequestCodec.encodeError(id: request.id, .methodNotFound("\(hint); methods: \(methods)"), form: form, into: &out)
+            RequestCodec.encodeError(id: request.id, methodNotFound(request.method), form: form, into: &out)
             return Served(disposition: .reply, failed: true, known: false)
         }
         let prepared: MethodTable<Entities>.Prepared
@@ -108,6 +107,17 @@ public final class Dispatcher: @unchecked Sendable {
         }
         let disposition: Disposition = ticket.map { .replyAfter(ticket: $0, id: request.id) } ?? .reply
         return Served(disposition: disposition, failed: error != nil, known: true)
+    }
+
+    /// The error for a method nobody serves: which part is unknown, the nearest name, and every method.
+    public func methodNotFound(_ method: RPCMethod) -> RPCError {
+        let known = table.entries.map(\.method) + alsoServed
+        let hint = known.contains { $0.entity == method.entity }
+            ? "entity \"\(method.entity)\" has no method \"\(method.name)\""
+            : "there is no entity \"\(method.entity)\""
+        let names = known.map(\.description)
+        let suggestion = Suggestion.hint(for: method.description, among: names)
+        return .methodNotFound("\(hint)\(suggestion); methods: \(names.joined(separator: ", "))")
     }
 
     /// Runs the call under the state lock, writing its reply param; a successful mutation is logged

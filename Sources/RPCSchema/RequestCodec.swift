@@ -44,8 +44,9 @@ public enum RequestCodec {
     /// new envelope key here.
     public static let envelopeExtensionKeys = ["seq", "crc"]
 
-    /// Decodes one line. Top-level keys other than `envelopeKeys` are not read (today that
-    /// includes any key, not only `envelopeExtensionKeys`).
+    /// Decodes one line. A request with a top-level key outside `envelopeKeys` and
+    /// `envelopeExtensionKeys` is invalid (`"params"` is a JSON-RPC habit, not a field of ours);
+    /// counter-requests are never answered, so theirs are not checked.
     public static func decode(_ line: UnsafeRawBufferPointer) -> DecodedLine {
         let value: JSONValue
         do {
@@ -93,11 +94,22 @@ public enum RequestCodec {
         }
         let request = Request(id: id ?? "", method: name, param: param, form: form)
         if name.isCounterRequest { return .counterRequest(request) }
+        if let unknown = object.keys.first(where: { !isEnvelopeKey($0) }) {
+            let hint = Suggestion.hint(for: unknown, among: envelopeKeys)
+            let known = envelopeKeys.map { "\"\($0)\"" }.joined(separator: ", ")
+            return .invalid(
+                id: id ?? "", error: .invalidRequest("\"\(unknown.prefix(64))\" is not a field of a request\(hint) (a request has \(known))"),
+                form: form)
+        }
         switch object["id"] {
         case .string?: return .request(request)
         case nil: return .invalid(id: "", error: .invalidRequest("the request has no id; add \"id\":\"<string>\""), form: form)
         default: return .invalid(id: "", error: .invalidRequest("the request id must be a string, e.g. \"id\":\"1\""), form: form)
         }
+    }
+
+    private static func isEnvelopeKey(_ key: String) -> Bool {
+        envelopeKeys.contains(key) || envelopeExtensionKeys.contains(key)
     }
 
     /// `{"user":{"_0":"getUser"}}` -> user.getUser
