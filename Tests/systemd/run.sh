@@ -100,6 +100,7 @@ mkdir -p "$run/root/root/rpcd/.build/release" "$run/root/root/rpcd/config" "$run
 cp "$RPCD_BINARY" "$run/root/root/rpcd/.build/release/rpcd"
 cp config/rpcd.conf "$run/root/root/rpcd/config/"
 cp systemd/rpcd.service systemd/rpcd.socket "$run/root/root/rpcd/systemd/"
+cp README.md "$run/root/root/rpcd/"
 
 # The host has no systemd to register a scope with (--keep-unit), so nspawn gets cgroups of its
 # own; --system-call-filter=bpf, or systemd ignores IPAddressDeny= silently.
@@ -163,6 +164,8 @@ ask '{"id":"c","method":"user.createUser","param":{"id":"u1","name":"Ada","email
 inside 'systemctl restart rpcd.service'
 check "a created user survives systemctl restart" has_u1
 
+# A second record, so the torn tail below costs u2 and leaves u1.
+ask '{"id":"c2","method":"user.createUser","param":{"id":"u2","name":"Bob","email":"bob@example.com"}}' >/dev/null
 inside 'systemctl stop rpcd.service'
 check "systemctl stop ends the daemon cleanly (exit 0)" \
     test "$(prop rpcd.service Result)/$(prop rpcd.service ExecMainCode)/$(prop rpcd.service ExecMainStatus)" = success/1/0
@@ -171,6 +174,13 @@ check "... with no SIGKILL" no_sigkill
 inside 'truncate -s -3 /var/lib/private/rpcd/journal.jsonl'
 ask "$ping_line" >/dev/null
 check "journalctl -p warning shows the torn-tail warning after truncating the journal" wait_for 5 torn_warning
+
+# README's way to run the tools on the service's data: stopped, as the unit's dynamic user.
+repair_block=$(sed -n '/^sudo systemctl stop rpcd.socket rpcd.service$/,/^sudo systemctl start rpcd.socket$/p' README.md | sed 's/^sudo //')
+repairs() { inside "set -e; $repair_block" >/dev/null; }
+check "README's repair commands run on the service's data" repairs
+check "... and the data is still served afterwards" has_u1
+check "the unit's Documentation= file is installed" inside "test -f $(sed -n 's/^Documentation=file://p' systemd/rpcd.service)"
 
 inside 'cp /etc/rpcd/rpcd.conf /etc/rpcd/rpcd.conf.good && echo "bogus_key = 1" >> /etc/rpcd/rpcd.conf'
 inside 'systemctl restart rpcd.service' >/dev/null 2>&1 || true
