@@ -75,4 +75,20 @@ struct NumericSettingTests {
             #expect(try c.request(#"{"id":"1","method":"system.ping"}"#).contains("pingResult"))
         }
     }
+
+    @Test("a snapshot at seq UInt64.max: mutations are refused with a reason, reads and the daemon go on")
+    func exhaustedSequenceNumbers() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("rpcd-seq-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        try Data(#"{"rpcdSnapshot":1,"seq":18446744073709551615,"records":0}"#.utf8 + [10])
+            .write(to: dir.appendingPathComponent("snapshot.jsonl"))
+        let daemon = try DaemonProcess(dataDir: dir)
+        defer { daemon.stop() }
+        let c = try LineClient(port: daemon.port)
+        let refused = expectError(try c.request(Wire.createUser("1", "u1", "Ada", "a@x")), code: "internal", id: "1")
+        #expect(refused?.errorMessage?.contains("sequence numbers are used up") == true, "\(refused?.line ?? "")")
+        #expect(try c.request(#"{"id":"2","method":"user.listUsers"}"#).contains("listUsersResult"))
+        #expect(daemon.isRunning, "\(daemon.stderrTail())")
+    }
 }
