@@ -74,6 +74,7 @@ extension Daemon {
             server.stop(grace: .seconds(3)) {
                 journal.close {
                     log.info("stopped")
+                    log.flush()
                     exit(0)
                 }
             }
