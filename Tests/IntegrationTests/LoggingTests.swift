@@ -9,7 +9,7 @@ import Glibc
 /// ping waited forever.
 @Suite("logging")
 struct LoggingTests {
-    @Test("stderr unread, 5000 oversize lines and 3000 logged connections: a new client's ping still completes")
+    @Test("stderr unread, 5000 oversize lines and 5000 logged connections: a new client's ping still completes")
     func unreadStderrDoesNotFreezeTheDaemon() throws {
         try withDaemon(extraArguments: ["--max-frame-bytes", "64", "--log-level", "debug"]) { daemon in
             let port = daemon.port
@@ -25,9 +25,12 @@ struct LoggingTests {
                     _ = c.drainUntilClosed(silenceTimeout: 1)
                 }
             }
-            // Connection churn: each open and close is a debug line, far more than the pipe holds.
+            // Connection churn: each open and close is a debug line: 750 KB, more than the pipe
+            // (64 KiB) and the log queue (256 KiB) hold together.
+            let churned = DispatchSemaphore(value: 0)
             let churn = Thread {
-                for _ in 0..<3000 { (try? LineClient(port: port, timeout: 3))?.close() }
+                for _ in 0..<5000 { (try? LineClient(port: port, timeout: 3))?.close() }
+                churned.signal()
             }
             threads.forEach { $0.start() }
             churn.start()
@@ -35,6 +38,8 @@ struct LoggingTests {
             // Measured by completion: within a generous 5 s, while stderr is still not read.
             let c = try LineClient(port: daemon.port, timeout: 5)
             #expect(try c.request(#"{"id":"p","method":"system.ping"}"#).contains("pingResult"))
+            #expect(churned.wait(timeout: .now() + 60) == .success, "the churn did not finish")
+            #expect(try c.request(#"{"id":"q","method":"system.ping"}"#).contains("pingResult"))
             daemon.resumeStderr()
             // Once read again: the first oversize line in full, the rest summed up, the drops counted.
             #expect(daemon.stderrEventually(contains: "discarded a line over 64 bytes", timeout: 5), "\(daemon.stderrTail())")

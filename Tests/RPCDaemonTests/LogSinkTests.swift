@@ -5,12 +5,14 @@ import Testing
 /// Logging never blocks the caller, drops and counts past its bound, and rate-limits by key
 /// (issue 10, item 6). A pipe stands in for stderr.
 @Suite struct LogSinkTests {
-    /// A pipe whose read end the test reads when it chooses to.
+    /// A pipe whose read end is read from when the test says so, by a thread of its own.
     final class Pipe2: @unchecked Sendable {
-        // @unchecked: `text` is only used by the test's own thread.
+        // @unchecked: `bytes` and `draining` are guarded by `lock`.
         let read: Int32
         let write: Int32
-        var text = ""
+        private let lock = NSLock()
+        private var bytes: [UInt8] = []
+        private var draining = false
 
         init() {
             var fds: [Int32] = [0, 0]
@@ -19,18 +21,30 @@ import Testing
             write = fds[1]
         }
 
-        /// Reads until `predicate(text)` holds or `timeout` seconds pass.
+        var text: String { lock.withLock { String(decoding: bytes, as: UTF8.self) } }
+
+        /// From now on, a thread reads everything written.
+        func startDraining() {
+            guard lock.withLock({ () -> Bool in defer { draining = true }; return !draining }) else { return }
+            Thread { [self] in
+                var chunk = [UInt8](repeating: 0, count: 1 << 16)
+                while true {
+                    let n = chunk.withUnsafeMutableBytes { Foundation.read(read, $0.baseAddress, $0.count) }
+                    if n < 0 && errno == EINTR { continue }
+                    if n <= 0 { return }
+                    lock.withLock { bytes += chunk[0..<n] }
+                }
+            }.start()
+        }
+
+        /// Reads (starting the drain) until `predicate(text)` holds or `timeout` seconds pass.
         @discardableResult
         func read(timeout: Double, until predicate: (String) -> Bool) -> Bool {
+            startDraining()
             let deadline = Date(timeIntervalSinceNow: timeout)
-            var chunk = [UInt8](repeating: 0, count: 1 << 16)
             while !predicate(text) {
-                let left = deadline.timeIntervalSinceNow
-                guard left > 0 else { return false }
-                var ready = pollfd(fd: read, events: Int16(POLLIN), revents: 0)
-                guard poll(&ready, 1, Int32(min(left, 1) * 1000)) > 0 else { continue }
-                let n = chunk.withUnsafeMutableBytes { Foundation.read(read, $0.baseAddress, $0.count) }
-                if n > 0 { text += String(decoding: chunk[0..<n], as: UTF8.self) }
+                if Date() >= deadline { return false }
+                usleep(10_000)
             }
             return true
         }
@@ -53,8 +67,10 @@ import Testing
         // 20,000 lines of 200+ bytes: far more than the pipe (64 KiB) and the queue (64 KiB) hold.
         #expect(completes(within: 5) { for n in 0..<20_000 { log.info("line \(n) \(filler)") } }, "logging blocked")
         #expect(!log.flush(timeout: 0.2), "nothing reads the pipe, so a flush cannot finish")
-        // Once read, the writer gets through and says how many lines were dropped.
-        #expect(pipe.read(timeout: 10) { $0.contains("dropped ") && $0.contains(" log lines") }, "\(pipe.text.suffix(500))")
+        // Once read, the writer gets through everything queued and says how many lines were dropped.
+        pipe.startDraining()
+        #expect(log.flush(timeout: 20), "the queue did not drain once the pipe was read")
+        #expect(pipe.read(timeout: 5) { $0.contains("dropped ") && $0.contains(" log lines") }, "\(pipe.text.suffix(500))")
         #expect(pipe.text.contains("line 0 ") && pipe.text.split(separator: "\n").count < 20_000)
         let dropped = pipe.text.split(separator: "\n").first { $0.contains("dropped ") }.map(String.init) ?? ""
         #expect(dropped.contains(" warning dropped "), "\(dropped)")
