@@ -44,7 +44,8 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
     private var queue: DispatchQueue { loop.queue }
 
     private var state: State = .idle(reason: "not connected yet")
-    private var pending: [String: Pending] = [:]
+    /// By id as exact UTF-8 bytes: a reply matches its call only byte for byte.
+    private var pending: [ExactID: Pending] = [:]
     /// Lines waiting for a connection (while reconnecting), with the ids they carry.
     private var outbox: [(ids: [String], bytes: [UInt8])] = []
     private var flushScheduled = false
@@ -117,7 +118,7 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         state = .connected(connection)
         // start() enqueues the registration; the flush below is enqueued after it.
         connection.start()
-        for chunk in outbox where chunk.ids.contains(where: { pending[$0] != nil }) {
+        for chunk in outbox where chunk.ids.contains(where: { pending[ExactID($0)] != nil }) {
             connection.send(chunk.bytes)
         }
         outbox = []
@@ -146,7 +147,7 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
                     queue.asyncAfter(deadline: .now() + .nanoseconds(timeout.nanoseconds), execute: item)
                     entry.timer = item
                 }
-                pending[call.id] = entry
+                pending[ExactID(call.id)] = entry
                 ids.append(call.id)
                 bytes.append(contentsOf: call.bytes)
             }
@@ -175,7 +176,7 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         case .idle(let reason) where options.reconnect == nil:
             return .connectionClosed(address: "\(address)", method: call.method, id: call.id, reason: reason)
         default:
-            if pending[call.id] != nil {
+            if pending[ExactID(call.id)] != nil {
                 return .invalidCall(method: call.method, reason: "id \"\(call.id)\" is already in flight; the id generator must not repeat ids")
             }
             return nil
@@ -191,7 +192,7 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
 
     private func complete(_ id: String, _ result: Result<Request, RPCClientError>) {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard let entry = pending.removeValue(forKey: id) else { return }
+        guard let entry = pending.removeValue(forKey: ExactID(id)) else { return }
         entry.timer?.cancel()
         entry.complete(result)
     }
@@ -200,7 +201,8 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         let all = pending
         pending = [:]
-        for (id, entry) in all {
+        for (key, entry) in all {
+            let id = key.string
             entry.timer?.cancel()
             switch error {
             case .connectionClosed(let address, _, _, let reason):
@@ -243,7 +245,7 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
     func connection(_ connection: Connection, didReceive line: UnsafeRawBufferPointer) {
         switch RequestCodec.decode(line) {
         case .counterRequest(let reply):
-            guard let entry = pending[reply.id] else {
+            guard let entry = pending[ExactID(reply.id)] else {
                 handlers.deliver(reply)  // not ours (or too late): a handler may want it
                 return
             }

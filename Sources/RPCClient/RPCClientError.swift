@@ -86,7 +86,7 @@ extension Duration {
 
     var secondsText: String {
         let s = seconds
-        return s == s.rounded() ? String(Int(s)) : String(s)
+        return s == s.rounded() && abs(s) < 1e15 ? String(Int(s)) : String(s)
     }
 
     /// For Dispatch deadlines: whole nanoseconds, clamped to 0...Int.max.

@@ -50,11 +50,15 @@ public struct ReconnectPolicy: Sendable, Equatable {
         self.multiplier = multiplier
     }
 
-    /// The wait before try number `attempt` (0 = the first try, no wait).
+    /// The wait before try number `attempt` (0 = the first try, no wait): never above `maxDelay`,
+    /// never negative, whatever the policy's numbers (a NaN or huge multiplier gives `maxDelay`).
     public func delay(beforeAttempt attempt: Int) -> Duration {
         guard attempt > 0 else { return .zero }
         let seconds = initialDelay.seconds * pow(multiplier, Double(attempt - 1))
-        return seconds >= maxDelay.seconds ? maxDelay : .nanoseconds(Int64(seconds * 1e9))
+        guard seconds < maxDelay.seconds else { return maxDelay }  // also NaN and infinity
+        guard seconds > 0 else { return .zero }
+        let nanoseconds = seconds * 1e9
+        return nanoseconds < 9.2e18 ? .nanoseconds(Int64(nanoseconds)) : maxDelay
     }
 }
 

@@ -18,7 +18,8 @@ enum CallCommand {
           HOST:PORT     the daemon, e.g. 127.0.0.1:7878
           METHOD        entity.method, e.g. user.getUser
           PARAM-JSON    the param object (default {}); - reads it from stdin
-          --timeout S   seconds to wait for the connection and the reply together (default \(Int(defaultTimeout)))
+          --timeout S   seconds to wait for the connection and the reply together (default \(Int(defaultTimeout));
+                        \(SettingRanges.describe(seconds: SettingRanges.callTimeout, zero: nil)))
         Exit status: 0 result, 1 error.error, 2 usage error, connection error or timeout.
 
         Example:
@@ -71,10 +72,9 @@ enum CallCommand {
                 } else {
                     text = String(argument.dropFirst("--timeout=".count))
                 }
-                guard let seconds = Double(text), seconds > 0, seconds.isFinite else {
-                    throw UsageError("--timeout '\(text)' is not a positive number of seconds")
+                timeout = try CommandLineParser.checked("--timeout", text) {
+                    ConfigValue.seconds($0, in: SettingRanges.callTimeout, zero: nil)
                 }
-                timeout = seconds
             } else if argument.hasPrefix("-") && argument != "-" && positional.count < 2 {
                 throw UsageError("unknown option '\(argument)' for call; \(usage)")
             } else {
@@ -113,6 +113,7 @@ enum CallCommand {
 
     /// Connects and calls within one deadline.
     static func perform(_ invocation: Invocation) async -> Result<Request, RPCClientError> {
+        // `parse` bounds the timeout (30 days at most), so the nanoseconds fit in Int64.
         let timeout = Duration.nanoseconds(Int64(invocation.timeout * 1e9))
         let deadline = ContinuousClock.now + timeout
         do {

@@ -74,13 +74,20 @@ public enum CommandLineParser {
           --data-dir DIR           where state is kept (default ./data; created if missing; one daemon per dir)
           --fsync POLICY           always (default): reply to a mutation once it is fsynced;
                                    everysec: fsync once a second; none: leave flushing to the kernel
-          --compact-after-bytes N  compact the journal into a snapshot past this size (default 67108864)
+          --compact-after-bytes N  compact the journal into a snapshot past this size (default 67108864;
+                                   \(SettingRanges.describe(bytes: SettingRanges.compactAfterBytes)))
           --log-level LEVEL        debug, info, warning or error (default info)
-          --max-frame-bytes N      longest request line accepted (default 1048576)
-          --max-output-bytes N     replies buffered for a peer that does not read before it is dropped (default 8388608)
-          --max-connections N      connections served at once; more get an `overloaded` error (default 10000, 0 = no limit)
-          --idle-timeout SECONDS   close a connection with no complete request for that long (default 300, 0 = never)
+          --max-frame-bytes N      longest request line accepted (default 1048576;
+                                   \(SettingRanges.describe(bytes: SettingRanges.maxFrameBytes)))
+          --max-output-bytes N     replies buffered for a peer that does not read before it is dropped (default 8388608;
+                                   \(SettingRanges.describe(bytes: SettingRanges.maxOutputBytes)))
+          --max-connections N      connections served at once; more get an `overloaded` error (default 10000;
+                                   \(SettingRanges.describe(count: SettingRanges.maxConnections, zero: "no limit")))
+          --idle-timeout SECONDS   close a connection with no complete request for that long (default 300;
+                                   \(SettingRanges.describe(seconds: SettingRanges.idleTimeout, zero: "never")))
           --config FILE            settings file (default $RPCD_CONFIG, else /etc/rpcd/rpcd.conf if present); flags win
+          Sizes take a KiB, MiB, GiB or TiB suffix, durations ms, s, m or h; the config file takes the same
+          ranges. A value out of range is a usage error (exit 2).
 
         Example:
           rpcd serve --listen 127.0.0.1:7878
@@ -125,15 +132,9 @@ public enum CommandLineParser {
             switch flag {
             case "--config": options.configPath = try value()
             case "--max-connections":
-                let text = try value()
-                guard let n = Int(text), n >= 0 else { throw UsageError("--max-connections '\(text)' is not a whole number (0 = no limit)") }
-                options.maxConnections = n
+                options.maxConnections = try checked(flag, try value()) { ConfigValue.count($0, in: SettingRanges.maxConnections, zero: "no limit") }
             case "--idle-timeout":
-                let text = try value()
-                guard let seconds = ConfigValue.seconds(text) else {
-                    throw UsageError("--idle-timeout '\(text)' is not a duration like 300, 30s, 5m or 0 (never)")
-                }
-                options.idleTimeout = seconds
+                options.idleTimeout = try checked(flag, try value()) { ConfigValue.seconds($0, in: SettingRanges.idleTimeout, zero: "never") }
             case "--listen": options.listen.append(try value())
             case "--data-dir": options.dataDir = try value()
             case "--log-level":
@@ -142,15 +143,18 @@ public enum CommandLineParser {
                     throw UsageError("--log-level '\(text)' is not one of debug, info, warning, error")
                 }
                 options.logLevel = level
-            case "--max-frame-bytes": options.maxFrameBytes = try positive(flag, try value())
-            case "--max-output-bytes": options.maxOutputBytes = try positive(flag, try value())
+            case "--max-frame-bytes":
+                options.maxFrameBytes = try checked(flag, try value()) { ConfigValue.bytes($0, in: SettingRanges.maxFrameBytes) }
+            case "--max-output-bytes":
+                options.maxOutputBytes = try checked(flag, try value()) { ConfigValue.bytes($0, in: SettingRanges.maxOutputBytes) }
             case "--fsync":
                 let text = try value()
                 guard let policy = FsyncPolicy(rawValue: text) else {
                     throw UsageError("--fsync '\(text)' is not one of always, everysec, none")
                 }
                 options.fsync = policy
-            case "--compact-after-bytes": options.compactAfterBytes = try positive(flag, try value())
+            case "--compact-after-bytes":
+                options.compactAfterBytes = try checked(flag, try value()) { ConfigValue.bytes($0, in: SettingRanges.compactAfterBytes) }
             default:
                 throw UsageError("unknown option '\(argument)' for serve; see rpcd --help")
             }
@@ -166,8 +170,13 @@ public enum CommandLineParser {
         "--max-connections": "max_connections", "--idle-timeout": "idle_timeout",
     ]
 
-    private static func positive(_ flag: String, _ text: String) throws(UsageError) -> Int {
-        guard let n = Int(text), n > 0 else { throw UsageError("\(flag) '\(text)' is not a positive whole number of bytes") }
-        return n
+    /// `text` parsed and range-checked by `parse`, or a usage error naming the flag, the value and the range.
+    static func checked<T>(
+        _ flag: String, _ text: String, _ parse: (String) -> Result<T, ConfigValue.Problem>
+    ) throws(UsageError) -> T {
+        switch parse(text) {
+        case .success(let value): return value
+        case .failure(let problem): throw UsageError("\(flag) '\(text)' \(problem.reason)")
+        }
     }
 }

@@ -91,19 +91,26 @@ public enum Config {
         case "fsync":
             guard let policy = FsyncPolicy(rawValue: value) else { return "fsync \"\(value)\" is not one of always, everysec, none" }
             options.fsync = policy
-        case "max_frame_bytes", "max_output_bytes":
-            guard let bytes = ConfigValue.bytes(value), bytes > 0 else {
-                return "\(key) \"\(value)\" is not a positive number of bytes (e.g. 1048576 or 1MiB)"
+        case "max_frame_bytes":
+            switch ConfigValue.bytes(value, in: SettingRanges.maxFrameBytes) {
+            case .success(let bytes): options.maxFrameBytes = bytes
+            case .failure(let problem): return "max_frame_bytes \"\(value)\" \(problem.reason)"
             }
-            if key == "max_frame_bytes" { options.maxFrameBytes = bytes } else { options.maxOutputBytes = bytes }
+        case "max_output_bytes":
+            switch ConfigValue.bytes(value, in: SettingRanges.maxOutputBytes) {
+            case .success(let bytes): options.maxOutputBytes = bytes
+            case .failure(let problem): return "max_output_bytes \"\(value)\" \(problem.reason)"
+            }
         case "max_connections":
-            guard let n = Int(value), n >= 0 else { return "max_connections \"\(value)\" is not a whole number (0 = no limit)" }
-            options.maxConnections = n
-        case "idle_timeout":
-            guard let seconds = ConfigValue.seconds(value) else {
-                return "idle_timeout \"\(value)\" is not a duration like 300, 30s, 5m or 0 (never)"
+            switch ConfigValue.count(value, in: SettingRanges.maxConnections, zero: "no limit") {
+            case .success(let n): options.maxConnections = n
+            case .failure(let problem): return "max_connections \"\(value)\" \(problem.reason)"
             }
-            options.idleTimeout = seconds
+        case "idle_timeout":
+            switch ConfigValue.seconds(value, in: SettingRanges.idleTimeout, zero: "never") {
+            case .success(let seconds): options.idleTimeout = seconds
+            case .failure(let problem): return "idle_timeout \"\(value)\" \(problem.reason)"
+            }
         case "log_level":
             guard let level = LogLevel(name: value) else { return "log_level \"\(value)\" is not one of debug, info, warning, error" }
             options.logLevel = level
@@ -176,10 +183,16 @@ public enum Config {
     }
 }
 
-/// Value syntaxes shared by the file and the flags.
+/// Value syntaxes shared by the file and the flags (the ranges are in `SettingRanges`).
 enum ConfigValue {
-    /// `300`, `1.5`, `500ms`, `30s`, `5m`, `1h` -> seconds; nil if malformed or negative.
+    /// `300`, `1.5`, `500ms`, `30s`, `5m`, `1h` -> seconds; nil if malformed, negative or not finite.
     static func seconds(_ text: String) -> Double? {
+        guard let (value, scale) = durationParts(text), value >= 0, (value * scale).isFinite else { return nil }
+        return value * scale
+    }
+
+    /// The number and the unit's length in seconds; nil unless the number is finite.
+    static func durationParts(_ text: String) -> (value: Double, scale: Double)? {
         let units: [(String, Double)] = [("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600)]
         var number = text
         var scale = 1.0
@@ -188,23 +201,22 @@ enum ConfigValue {
             scale = factor
             break
         }
-        guard let value = Double(number), value.isFinite, value >= 0 else { return nil }
-        return value * scale
+        guard let value = Double(number), value.isFinite else { return nil }
+        return (value, scale)
     }
 
     static func render(seconds: Double) -> String {
         seconds == seconds.rounded() && seconds < 1e15 ? String(Int(seconds)) : String(seconds)
     }
 
-    /// `1048576`, `64KiB`, `1MiB`, `1GiB` (also `K`, `M`, `G`) -> bytes.
+    static let byteUnits: [(String, Int)] = [
+        ("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30), ("TiB", 1 << 40),
+        ("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30), ("T", 1 << 40),
+    ]
+
+    /// `1048576`, `64KiB`, `1MiB`, `1GiB`, `1TiB` (also `K`, `M`, `G`, `T`) -> bytes; nil if malformed or past Int.
     static func bytes(_ text: String) -> Int? {
-        let units: [(String, Int)] = [("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30), ("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30)]
-        for (suffix, factor) in units where text.hasSuffix(suffix) {
-            guard let n = Int(text.dropLast(suffix.count)) else { return nil }
-            let (product, overflow) = n.multipliedReportingOverflow(by: factor)
-            return overflow ? nil : product
-        }
-        return Int(text)
+        try? bytes(text, in: Int.min...Int.max).get()
     }
 
     /// A message when `text` is not an address `serve` can bind.

@@ -24,7 +24,10 @@ public enum Daemon {
             print(CommandLineParser.help)
             return 0
         case .serve(let options):
-            return serve(options)
+            let status = serve(options)
+            // A start that failed logged why through the queue: let stderr have it before the exit.
+            LogSink.stderr.flush(timeout: LogSink.exitFlushSeconds)
+            return status
         case .subcommand(let name, let arguments):
             guard let run = Subcommands.all[name] else { return 2 }
             return run(arguments)

@@ -55,6 +55,11 @@ struct GroupCommit {
     /// Why mutations are refused now, if they are.
     func refusal() -> String? {
         if let failure { return "the journal cannot be written (\(failure)); reads still work; fix the disk and restart rpcd" }
+        // The sequence number comes from the files at start; `append` must not step past UInt64.max.
+        if lastSeq == .max {
+            return "the journal's sequence numbers are used up (last seq \(lastSeq)); reads still work; "
+                + "the data directory's files are damaged or forged: restore them from a backup"
+        }
         let behind = pending.count + inFlightBytes
         if behind > maxBehindBytes {
             return "the journal writer is \(behind >> 20) MiB behind the disk; retry shortly"
@@ -63,7 +68,7 @@ struct GroupCommit {
     }
 
     /// Appends `request` as the next record. Returns its sequence number (the ticket) and whether
-    /// the caller must start the writer.
+    /// the caller must start the writer. Only after `refusal()` said nil (it refuses at UInt64.max).
     mutating func append(_ request: Request) -> (seq: UInt64, startWriter: Bool) {
         lastSeq += 1
         JournalRecord.encode(request, seq: lastSeq, into: &pending)

@@ -34,31 +34,48 @@ public enum LogLevel: Int, Comparable, Sendable, CaseIterable, CustomStringConve
 /// A tiny logger (swift-log's shape): one line per event on stderr, messages built only when the
 /// level is enabled. Under systemd (`$JOURNAL_STREAM` set) each line starts with `<N>` so journald
 /// records its priority and adds its own timestamp.
+///
+/// Logging never blocks the caller: lines go to the sink's bounded queue and a thread of its own
+/// writes them (see `LogSink`). Warnings with a `key` are rate-limited per key.
 public struct Logger: Sendable {
     public var level: LogLevel
-    private let forJournal: Bool
+    private let format: LogFormat
     private let sink: LogSink
 
     public init(level: LogLevel, environment: [String: String] = ProcessInfo.processInfo.environment, sink: LogSink = .stderr) {
         self.level = level
-        self.forJournal = environment["JOURNAL_STREAM"] != nil
+        self.format = LogFormat(forJournal: environment["JOURNAL_STREAM"] != nil)
         self.sink = sink
     }
 
-    public func log(_ level: LogLevel, _ message: @autoclosure () -> String) {
+    /// Logs `message` at `level`. With a `key` (one cause, from a fixed set such as "oversize",
+    /// never per connection), the first line in each window of the sink's `rateWindow` (10 s) is
+    /// logged and the rest are counted, then summed up: "… and 4,999 more in the last 10 s".
+    public func log(_ level: LogLevel, key: String? = nil, _ message: @autoclosure () -> String) {
         guard level >= self.level else { return }
-        let text = message().replacingOccurrences(of: "\n", with: " ")
-        if forJournal {
-            sink.write("<\(level.syslogPriority)>\(text)\n")
-        } else {
-            sink.write("\(Self.timestamp()) \(level) \(text)\n")
-        }
+        sink.post(level, message().replacingOccurrences(of: "\n", with: " "), key: key, format: format)
     }
 
     public func debug(_ message: @autoclosure () -> String) { log(.debug, message()) }
     public func info(_ message: @autoclosure () -> String) { log(.info, message()) }
     public func warning(_ message: @autoclosure () -> String) { log(.warning, message()) }
     public func error(_ message: @autoclosure () -> String) { log(.error, message()) }
+    /// A warning rate-limited per `key` (see `log(_:key:_:)`).
+    public func warning(key: String, _ message: @autoclosure () -> String) { log(.warning, key: key, message()) }
+
+    /// Waits until every line logged so far is written (and rate-limit summaries with them), at
+    /// most `timeout` seconds; for the exit paths. False when stderr did not take them in time.
+    @discardableResult
+    public func flush(timeout: Double = LogSink.exitFlushSeconds) -> Bool { sink.flush(timeout: timeout) }
+}
+
+/// How a line looks: `<6>text` for journald, else `2025-01-01T00:00:00.000Z info text`.
+struct LogFormat: Sendable {
+    var forJournal: Bool
+
+    func line(_ level: LogLevel, _ text: String) -> String {
+        forJournal ? "<\(level.syslogPriority)>\(text)\n" : "\(Self.timestamp()) \(level) \(text)\n"
+    }
 
     private static func timestamp() -> String {
         var now = timespec()
@@ -69,28 +86,5 @@ public struct Logger: Sendable {
         return String(
             format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", Int(parts.tm_year) + 1900, Int(parts.tm_mon) + 1,
             Int(parts.tm_mday), Int(parts.tm_hour), Int(parts.tm_min), Int(parts.tm_sec), Int(now.tv_nsec / 1_000_000))
-    }
-}
-
-/// Where log lines go: one locked write per line, so lines from different queues never interleave.
-public final class LogSink: @unchecked Sendable {
-    // @unchecked: `write` holds `lock` for the whole write.
-    private let lock = NSLock()
-    private let fd: Int32
-
-    public init(fd: Int32) { self.fd = fd }
-    public static let stderr = LogSink(fd: 2)
-
-    public func write(_ line: String) {
-        lock.lock()
-        defer { lock.unlock() }
-        let bytes = Array(line.utf8)
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes.withUnsafeBytes { raw in
-                Foundation.write(fd, raw.baseAddress.map { $0 + offset }, raw.count - offset)
-            }
-            if n > 0 { offset += n } else if n < 0 && errno == EINTR { continue } else { return }
-        }
     }
 }

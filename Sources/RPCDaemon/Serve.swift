@@ -5,7 +5,8 @@ import RPCSchema
 import RPCTransport
 
 extension Daemon {
-    /// `rpcd serve`: start in stages, run until SIGTERM/SIGINT, stop in reverse order.
+    /// `rpcd serve`: start in stages, run until SIGTERM/SIGINT, stop in reverse order. SIGHUP runs
+    /// the reload hook (nothing to reload yet: it is logged) and serving goes on.
     ///
     /// 1. signals are caught (before anything binds, so an early SIGTERM is not lost);
     /// 2. the state is loaded;
@@ -14,7 +15,7 @@ extension Daemon {
     static func serve(_ flags: ServeOptions) -> Int32 {
         Syscall.ignoreSIGPIPE()
         let fileLimit = Syscall.raiseFileLimit()
-        let signals = SignalHandler(signals: [SIGTERM, SIGINT])
+        let signals = SignalHandler(signals: [SIGTERM, SIGINT, SIGHUP])
         // Settings: flags > config file > defaults.
         let options: ServeOptions
         do {
@@ -69,17 +70,20 @@ extension Daemon {
         log.info(
             "rpcd \(CommandLineParser.version) serving; config \(Config.path(for: flags, environment: environment)?.path ?? "none (defaults)"), "
                 + "data dir \(options.dataDir), max_connections \(options.maxConnections), idle_timeout \(ConfigValue.render(seconds: options.idleTimeout)) s; "
-                + "up to \(fileLimit) open files; SIGTERM or SIGINT stops it")
+                + "up to \(fileLimit) open files; SIGTERM or SIGINT stops it, SIGHUP reloads what can be reloaded")
         systemd.ready("serving")
         systemd.startHeartbeat(server)
 
-        // Shutdown, in reverse order of the start.
+        // SIGHUP: reload; SIGTERM, SIGINT: shutdown, in reverse order of the start.
+        let reload = ReloadHook()
         signals.onSignal { signal in
+            if signal == SIGHUP { return reload.reload(log: log) }
             systemd.stopping()
             log.info("received \(signal == SIGTERM ? "SIGTERM" : "SIGINT"); stopping: answering what was received, then exiting")
             server.stop(grace: .seconds(3)) {
                 journal.close {
                     log.info("stopped")
+                    log.flush()
                     exit(0)
                 }
             }

@@ -93,7 +93,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     }
 
     private var onListenerError: @Sendable (String) -> Void {
-        { [log] message in log.warning(message) }
+        { [log] message in log.warning(key: "listener", message) }
     }
 
     private func accepted(_ fd: Int32, peer: SocketAddress?) {
@@ -208,7 +208,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
                 id: "", .frameTooLarge("line of \(length)+ bytes exceeds the \(limit)-byte limit; it was discarded, send smaller requests"),
                 form: box.session.form ?? .canonical, into: &out)
         }
-        log.warning("connection \(connection.id): discarded a line over \(limit) bytes")
+        log.warning(key: "oversize", "connection \(connection.id): discarded a line over \(limit) bytes")
     }
 
     func connectionDidClose(_ connection: Connection, reason: Connection.CloseReason) {

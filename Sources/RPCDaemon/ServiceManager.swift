@@ -38,7 +38,9 @@ final class ServiceManager: @unchecked Sendable {
     /// `WATCHDOG=1` (if asked for) and a short `STATUS=` with the figures of `system.stats`.
     func startHeartbeat(_ server: Server) {
         guard notifier != nil else { return }
-        let period = watchdog.map { max(0.01, $0 / 2) } ?? 10
+        // At most once an hour: pinging more often than asked is harmless, while a repeat interval
+        // past Int64 nanoseconds (WATCHDOG_USEC near UInt64.max) traps in Dispatch.
+        let period = watchdog.map { min(3600, max(0.01, $0 / 2)) } ?? 10
         queue.async { [self] in
             let timer = DispatchSource.makeTimerSource(queue: queue)
             timer.schedule(deadline: .now() + period, repeating: period, leeway: .milliseconds(Int(period * 50)))
@@ -46,7 +48,9 @@ final class ServiceManager: @unchecked Sendable {
             self.timer = timer
             timer.resume()
         }
-        if let watchdog { log.info("systemd watchdog every \(ConfigValue.render(seconds: watchdog)) s; pinging at half of it") }
+        if let watchdog {
+            log.info("systemd watchdog every \(ConfigValue.render(seconds: watchdog)) s; pinging every \(ConfigValue.render(seconds: period)) s")
+        }
     }
 
     private func beat(_ server: Server) {

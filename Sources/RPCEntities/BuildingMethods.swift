@@ -40,11 +40,12 @@ enum BuildingMethods {
         }
     }
 
-    /// Residents must be existing users; a repeated id is kept once, in first-seen order.
+    /// Residents must be existing users; a repeated id (the same UTF-8 bytes) is kept once, in
+    /// first-seen order.
     private static func residents(_ ids: [String], in state: Entities) throws(RPCError) -> [String] {
-        var seen = Set<String>()
+        var seen = Set<ExactID>()
         var result: [String] = []
-        for id in ids where seen.insert(id).inserted {
+        for id in ids where seen.insert(ExactID(id)).inserted {
             guard state.users.contains(id) else {
                 throw .invalidParams("resident \"\(id)\" is not a user; create it with user.createUser first")
             }

@@ -19,42 +19,43 @@ public struct Entities: Sendable {
     }()
 }
 
-/// Records of one kind by id, listable in id order.
+/// Records of one kind by id, listable in id order. Ids are `ExactID`s: two ids are the same
+/// record only when their UTF-8 bytes are, and lists are in byte order.
 ///
 /// Kept in 64 shards rather than one dictionary, so that the expensive moments of a large table
 /// come in small pieces: after compaction takes a copy-on-write copy of the state, the next
 /// mutation copies one shard (1/64 of the records), not all of them, under the state lock; and a
-/// growing table rehashes one shard at a time.
+/// growing table rehashes one shard at a time. The id order is kept as it changes (`SortedIDs`,
+/// copy-on-write per node for the same reason), so a list never sorts.
 public struct Records<Record: Sendable>: Sendable {
     private static var shardCount: Int { 64 }
-    private var shards = [[String: Record]](repeating: [:], count: Records.shardCount)
-    public private(set) var count = 0
-    /// Ids in ascending order; rebuilt lazily after inserts and deletes.
-    private var sortedIDs: [String] = []
-    private var sortedIsStale = false
+    private var shards = [[ExactID: Record]](repeating: [:], count: Records.shardCount)
+    private var order = SortedIDs()
 
     public init() {}
 
-    @inline(__always)
-    private static func shard(_ id: String) -> Int { id.hashValue & (shardCount - 1) }
+    public var count: Int { order.count }
 
-    public subscript(id: String) -> Record? { shards[Self.shard(id)][id] }
+    @inline(__always)
+    private static func shard(_ id: ExactID) -> Int { id.hashValue & (shardCount - 1) }
+
+    public subscript(id: String) -> Record? {
+        let key = ExactID(id)
+        return shards[Self.shard(key)][key]
+    }
+
     public func contains(_ id: String) -> Bool { self[id] != nil }
 
     public mutating func insert(_ record: Record, id: String) {
-        if shards[Self.shard(id)].updateValue(record, forKey: id) == nil {
-            count += 1
-            sortedIsStale = true
-        }
+        let key = ExactID(id)
+        if shards[Self.shard(key)].updateValue(record, forKey: key) == nil { order.insert(key) }
     }
 
     @discardableResult
     public mutating func remove(_ id: String) -> Record? {
-        let removed = shards[Self.shard(id)].removeValue(forKey: id)
-        if removed != nil {
-            count -= 1
-            sortedIsStale = true
-        }
+        let key = ExactID(id)
+        let removed = shards[Self.shard(key)].removeValue(forKey: key)
+        if removed != nil { order.remove(key) }
         return removed
     }
 
@@ -68,26 +69,16 @@ public struct Records<Record: Sendable>: Sendable {
     /// Every record, in no particular order.
     public var values: some Sequence<Record> { shards.lazy.flatMap { $0.values } }
 
-    /// At most `limit` records with ids after `after`, in id order, and the last id returned when more remain.
-    public mutating func page(after: String?, limit: Int?) -> (records: [Record], next: String?) {
-        if sortedIsStale {
-            sortedIDs = shards.flatMap { $0.keys }.sorted()
-            sortedIsStale = false
-        }
-        var start = 0
-        if let after {
-            // First id strictly greater than `after`.
-            var low = 0
-            var high = sortedIDs.count
-            while low < high {
-                let mid = (low + high) / 2
-                if sortedIDs[mid] <= after { low = mid + 1 } else { high = mid }
-            }
-            start = low
-        }
-        let end = limit.map { min(sortedIDs.count, start + $0) } ?? sortedIDs.count
-        let records = sortedIDs[start..<end].compactMap { self[$0] }
-        let next = end < sortedIDs.count && end > start ? sortedIDs[end - 1] : nil
-        return (records, next)
+    /// At most `limit` records with ids after `after` (byte order), in id order, and the last id
+    /// returned when more remain. No limit, or one above the record count, means all of them; a
+    /// limit below 1 returns none (the methods reject it before).
+    public func page(after: String?, limit: Int?) -> (records: [Record], next: String?) {
+        // Clamped to 0...count, so `cap + 1` cannot overflow whatever the peer sent.
+        let cap = Swift.max(0, Swift.min(limit ?? count, count))
+        var ids = order.ids(after: after.map { ExactID($0) }, limit: cap + 1)
+        let more = ids.count > cap
+        if more { ids.removeLast() }
+        let records = ids.compactMap { shards[Self.shard($0)][$0] }
+        return (records, more ? ids.last?.string : nil)
     }
 }

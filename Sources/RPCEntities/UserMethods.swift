@@ -29,8 +29,9 @@ enum UserMethods {
         }
         table.on(DeleteUser.self) { state, p throws(RPCError) in
             guard state.users.remove(p.userId) != nil else { throw Rules.unknownUser(p.userId) }
+            let gone = ExactID(p.userId)
             state.buildings.updateAll { building in
-                building.residents.removeAll { $0 == p.userId }
+                building.residents.removeAll { ExactID($0) == gone }
             }
             return Deleted(deleted: p.userId)
         }
@@ -60,8 +61,12 @@ enum Rules {
         guard email.utf8.contains(UInt8(ascii: "@")) else { throw .invalidParams("email \"\(email)\" has no @; give an address like ada@example.com") }
     }
 
+    /// A list's `limit`: a whole number from 1 up; one above the record count lists them all. (The
+    /// decoder already refused non-integers and numbers outside Int.)
     static func requireLimit(_ limit: Int?) throws(RPCError) {
-        if let limit, limit < 1 { throw .invalidParams("limit must be 1 or more (omit it to list all)") }
+        if let limit, limit < 1 {
+            throw .invalidParams("limit \(limit) is below 1; give a whole number from 1 to \(Int.max), or omit it to list all")
+        }
     }
 
     static func unknownUser(_ id: String) -> RPCError {

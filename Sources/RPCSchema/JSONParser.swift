@@ -225,7 +225,7 @@ struct _JSONParserState {
         var object = JSONObject()
         object.pairs.reserveCapacity(4)
         // For large objects, an index of key -> position keeps duplicate detection linear.
-        var index: [String: Int]? = nil
+        var index: [ExactID: Int]? = nil
         while true {
             guard ptr[pos] == Byte.quote else { throw fail("expected string key in object", at: pos) }
             let key = try parseString()
@@ -258,26 +258,26 @@ struct _JSONParserState {
     @inline(__always)
     static func insert(
         _ key: String, _ value: JSONValue, into pairs: inout [(key: String, value: JSONValue)],
-        index: inout [String: Int]?
+        index: inout [ExactID: Int]?
     ) {
         if let existing = index {
-            if let i = existing[key] {
+            if let i = existing[ExactID(key)] {
                 pairs[i].value = value
             } else {
-                index?[key] = pairs.count
+                index?[ExactID(key)] = pairs.count
                 pairs.append((key: key, value: value))
             }
             return
         }
-        for i in pairs.indices where pairs[i].key == key {
+        for i in pairs.indices where ExactUTF8.equal(pairs[i].key, key) {
             pairs[i].value = value
             return
         }
         pairs.append((key: key, value: value))
         if pairs.count >= 16 {
-            var built: [String: Int] = [:]
+            var built: [ExactID: Int] = [:]
             built.reserveCapacity(pairs.count * 2)
-            for (i, p) in pairs.enumerated() { built[p.key] = i }
+            for (i, p) in pairs.enumerated() { built[ExactID(p.key)] = i }
             index = built
         }
     }

@@ -127,6 +127,8 @@ public struct JSONObject: Sendable, Equatable {
         self.pairs = pairs
     }
 
+    /// Keys are matched by their exact UTF-8 bytes (`ExactUTF8`), not as canonically equivalent text.
+    ///
     /// The value for `key` (the last pair with that key). Setting replaces the value in place, or
     /// appends a new pair; setting nil removes every pair with that key.
     public subscript(key: String) -> JSONValue? {
@@ -134,7 +136,7 @@ public struct JSONObject: Sendable, Equatable {
             var i = pairs.count
             while i > 0 {
                 i -= 1
-                if pairs[i].key == key { return pairs[i].value }
+                if ExactUTF8.equal(pairs[i].key, key) { return pairs[i].value }
             }
             return nil
         }
@@ -143,14 +145,14 @@ public struct JSONObject: Sendable, Equatable {
                 var i = pairs.count
                 while i > 0 {
                     i -= 1
-                    if pairs[i].key == key {
+                    if ExactUTF8.equal(pairs[i].key, key) {
                         pairs[i].value = newValue
                         return
                     }
                 }
                 pairs.append((key: key, value: newValue))
             } else {
-                pairs.removeAll { $0.key == key }
+                pairs.removeAll { ExactUTF8.equal($0.key, key) }
             }
         }
     }
@@ -165,7 +167,7 @@ public struct JSONObject: Sendable, Equatable {
     public static func == (lhs: JSONObject, rhs: JSONObject) -> Bool {
         guard lhs.pairs.count == rhs.pairs.count else { return false }
         for i in lhs.pairs.indices {
-            guard lhs.pairs[i].key == rhs.pairs[i].key, lhs.pairs[i].value == rhs.pairs[i].value else {
+            guard ExactUTF8.equal(lhs.pairs[i].key, rhs.pairs[i].key), lhs.pairs[i].value == rhs.pairs[i].value else {
                 return false
             }
         }

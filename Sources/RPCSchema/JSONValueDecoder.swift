@@ -138,15 +138,15 @@ struct _JSONKeyedDecodingState {
     let object: JSONObject
     let codingPath: [any CodingKey]
     /// Key -> index of the pair that counts (the last), built only for large objects.
-    let index: [String: Int]?
+    let index: [ExactID: Int]?
 
     init(object: JSONObject, codingPath: [any CodingKey]) {
         self.object = object
         self.codingPath = codingPath
         if object.pairs.count > 16 {
-            var idx: [String: Int] = [:]
+            var idx: [ExactID: Int] = [:]
             idx.reserveCapacity(object.pairs.count)
-            for (i, p) in object.pairs.enumerated() { idx[p.key] = i }
+            for (i, p) in object.pairs.enumerated() { idx[ExactID(p.key)] = i }
             index = idx
         } else {
             index = nil
@@ -156,7 +156,7 @@ struct _JSONKeyedDecodingState {
     @inline(__always)
     func lookup(_ key: String) -> JSONValue? {
         if let index {
-            guard let i = index[key] else { return nil }
+            guard let i = index[ExactID(key)] else { return nil }
             return object.pairs[i].value
         }
         return object[key]
@@ -174,9 +174,9 @@ struct _JSONKeyedDecodingContainer<Key: CodingKey>: KeyedDecodingContainerProtoc
     var codingPath: [any CodingKey] { state.codingPath }
 
     var allKeys: [Key] {
-        var seen = Set<String>()
+        var seen = Set<ExactID>()
         var keys: [Key] = []
-        for p in object.pairs where seen.insert(p.key).inserted {
+        for p in object.pairs where seen.insert(ExactID(p.key)).inserted {
             if let k = Key(stringValue: p.key) { keys.append(k) }
         }
         return keys

@@ -16,6 +16,7 @@ struct Options {
     var idle: Int?
     var recovery: Int?
     var inProcess: Int?
+    var listAfterInsert: Int?
     var threads = 1
     var compare: [Reference] = []
 
@@ -39,6 +40,7 @@ struct Options {
           --recovery N       write N mutations, stop the daemon, time its restart until "listening on"
           --in-process N     no sockets: run N requests of the workload through the dispatcher on this thread
                              (for profiling the decode-dispatch-encode path; run it under valgrind --tool=callgrind)
+          --list-after-insert N  no sockets: create N users, then time rounds of createUser + listUsers {limit:1}
         Prints a table, then: RESULT workload=… conns=… depth=… rps=… p50_us=… p99_us=… p999_us=… errors=…
         (rows for --compare: RESULT target=redis|floor workload=… and the same fields)
         Exits 1 if any request failed or any reply did not match its request.
@@ -84,11 +86,12 @@ struct Options {
                     }
                     if !options.compare.contains(reference) { options.compare.append(reference) }
                 }
+            case "--list-after-insert": options.listAfterInsert = try number(Int.self)
             case "--help", "-h": throw UsageError(usage)
             default: throw UsageError("unknown option '\(flag)'; see rpcbench --help")
             }
         }
-        if options.connect == nil && options.spawn == nil && options.inProcess == nil { throw UsageError("give --connect HOST:PORT or --spawn PATH_TO_RPCD") }
+        if options.connect == nil && options.spawn == nil && options.inProcess == nil && options.listAfterInsert == nil { throw UsageError("give --connect HOST:PORT or --spawn PATH_TO_RPCD") }
         if (options.idle != nil || options.recovery != nil) && options.spawn == nil {
             throw UsageError("--idle and --recovery need --spawn PATH_TO_RPCD (they measure the daemon's process)")
         }

@@ -16,7 +16,7 @@ struct JournalToolTests {
     /// A data directory with a snapshot (compacted at a small threshold) and journal records after it.
     private func compactedDirectory() throws -> (dir: URL, users: Set<String>) {
         let dir = JournalSupport.makeDataDir()
-        let daemon = try DaemonProcess(extraArguments: ["--compact-after-bytes", "4000"], dataDir: dir)
+        let daemon = try DaemonProcess(extraArguments: ["--compact-after-bytes", "4096"], dataDir: dir)
         var users = Set(try JournalSupport.createUsers(port: daemon.port, range: 0..<60))
         #expect(daemon.stderrEventually(contains: "compacted", timeout: 10), "no compaction: \(daemon.stderrTail())")
         users.formUnion(try JournalSupport.createUsers(port: daemon.port, prefix: "w", range: 0..<5))

@@ -33,7 +33,7 @@ struct StateFingerprint: Equatable, CustomStringConvertible {
     var lastSeq: UInt64
 
     init(_ replay: JournalReplay) {
-        var state = replay.state
+        let state = replay.state
         users = state.users.page(after: nil, limit: nil).records
         buildings = state.buildings.page(after: nil, limit: nil).records
         lastSeq = replay.lastSeq

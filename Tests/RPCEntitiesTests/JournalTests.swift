@@ -87,8 +87,8 @@ struct JournalTests {
         var copy = JournalReplay()
         let outcome = try bytes.withUnsafeBytes { copy.replaySnapshot($0) }.get()
         #expect(outcome.applied == 50 && copy.lastSeq == 52)
-        var left = source.state
-        var right = copy.state
+        let left = source.state
+        let right = copy.state
         #expect(left.users.page(after: nil, limit: nil).records == right.users.page(after: nil, limit: nil).records)
         #expect(right.buildings["b1"]?.residents == ["u1"])
         // A snapshot cut short is corrupt, not silently partial.

@@ -648,3 +648,32 @@ private struct Order: Codable, Equatable {
         #expect(JSONObject([(key: "k", value: 1), (key: "k", value: 2)])["k"] == 2)
     }
 }
+
+// MARK: - Keys are exact bytes
+
+@Suite struct JSONExactKeyTests {
+    /// `"\u212A"` (Kelvin sign) and `"K"` are one key to Swift's `String ==`; to JSON they are two.
+    @Test func canonicallyEquivalentKeysStayApart() throws {
+        for count in [2, 20] {  // small objects (linear scan) and large ones (indexed)
+            var text = #"{"\u212A":1,"K":2,"caf\u00e9":3,"cafe\u0301":4"#
+            for i in 0..<count { text += #","k\#(i)":0"# }
+            text += "}"
+            guard case .object(let object) = try parse(text) else {
+                Issue.record("not an object")
+                return
+            }
+            #expect(object.count == 4 + count)
+            #expect(object["\u{212A}"] == .number("1") && object["K"] == .number("2"))
+            #expect(object["caf\u{E9}"] == .number("3") && object["cafe\u{301}"] == .number("4"))
+            struct Keys: Decodable {
+                var K: Int
+                var kelvin: Int
+                enum CodingKeys: String, CodingKey { case K, kelvin = "\u{212A}" }
+            }
+            let keys = try JSONValueDecoder().decode(Keys.self, from: .object(object))
+            #expect(keys.K == 2 && keys.kelvin == 1)
+        }
+        // A true duplicate (same bytes) still keeps one pair, the last value.
+        #expect(try parse(#"{"a":1,"a":2}"#) == ["a": 2])
+    }
+}

@@ -90,6 +90,11 @@ final class DaemonProcess {
 
     var stderrText: String { stderrDrain.text }
 
+    /// Stops reading the daemon's stderr, as a terminal or journald that stalls would; its pipe
+    /// fills after at most 64 KiB (plus the one read in progress). `resumeStderr()` reads again.
+    func pauseStderr() { stderrDrain.pause() }
+    func resumeStderr() { stderrDrain.resume() }
+
     /// Whether stderr contains `text` within `timeout` seconds (stderr reaches the test through a
     /// pipe drained on another thread, so a line logged just before a reply may not be here yet).
     func stderrEventually(contains text: String, timeout: Double = 5) -> Bool {

@@ -11,6 +11,8 @@ final class PipeDrain: @unchecked Sendable {
     private let condition = NSCondition()
     private var bytes: [UInt8] = []
     private var finished = false
+    /// While set, the thread stops reading (after the read it is in), so the writer's pipe fills.
+    private var paused = false
     /// Keep at most this many bytes: the head (where the `listening on` lines are) and the tail.
     private let cap = 8 << 20
 
@@ -21,6 +23,9 @@ final class PipeDrain: @unchecked Sendable {
             let fd = pipe.fileHandleForReading.fileDescriptor
             var chunk = [UInt8](repeating: 0, count: 65536)
             while true {
+                condition.lock()
+                while paused { condition.wait() }
+                condition.unlock()
                 let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
                 if n < 0 && errno == EINTR { continue }
                 if n <= 0 { break }
@@ -41,6 +46,20 @@ final class PipeDrain: @unchecked Sendable {
             _ = pipe  // keep the handles open until EOF
         }
         thread.start()
+    }
+
+    /// Stops reading (a stderr nobody reads); `resume()` reads again.
+    func pause() {
+        condition.lock()
+        paused = true
+        condition.unlock()
+    }
+
+    func resume() {
+        condition.lock()
+        paused = false
+        condition.broadcast()
+        condition.unlock()
     }
 
     var text: String {

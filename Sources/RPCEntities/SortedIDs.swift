@@ -1,0 +1,205 @@
+import RPCSchema
+
+/// A set of ids kept in byte order, for paging: O(log n) insert and remove, O(log n + limit) for a
+/// page after any id. A B+tree of value-type nodes.
+///
+/// Copy-on-write per node: every node is a struct whose arrays are shared between copies, so after
+/// compaction takes a copy of the state, the next insert copies only the nodes on its path (one
+/// leaf of at most `leafCapacity` ids and at most `innerCapacity` children per level above it),
+/// never the whole index.
+public struct SortedIDs: Sendable {
+    static let leafCapacity = 256
+    static let innerCapacity = 64
+
+    /// A leaf holds ids; an inner node holds children and the separators between them.
+    ///
+    /// Inner node invariant: `keys.count == children.count - 1`, and every id in `children[i]` is
+    /// below `keys[i]` and at or above `keys[i - 1]`. Removing an id leaves its separator in
+    /// place (still a valid bound), so removals never rewrite ancestors.
+    struct Node: Sendable {
+        var keys: [ExactID] = []
+        var children: [Node] = []
+
+        var isLeaf: Bool { children.isEmpty }
+        /// Ids in a leaf, children in an inner node.
+        var size: Int { isLeaf ? keys.count : children.count }
+        var capacity: Int { isLeaf ? SortedIDs.leafCapacity : SortedIDs.innerCapacity }
+    }
+
+    private(set) var root = Node()
+    public private(set) var count = 0
+
+    public init() {}
+
+    public func contains(_ id: ExactID) -> Bool {
+        var node = root
+        while !node.isLeaf { node = node.children[Self.upperBound(node.keys, id)] }
+        let i = Self.lowerBound(node.keys, id)
+        return i < node.keys.count && node.keys[i] == id
+    }
+
+    /// Adds `id`; false if it was there already.
+    @discardableResult
+    public mutating func insert(_ id: ExactID) -> Bool {
+        let (inserted, split) = root.insert(id)
+        if let (separator, right) = split {
+            root = Node(keys: [separator], children: [root, right])
+        }
+        if inserted { count += 1 }
+        return inserted
+    }
+
+    /// Removes `id`; false if it was not there.
+    @discardableResult
+    public mutating func remove(_ id: ExactID) -> Bool {
+        guard root.remove(id) else { return false }
+        count -= 1
+        while !root.isLeaf && root.children.count == 1 { root = root.children[0] }
+        return true
+    }
+
+    /// Up to `limit` ids above `after` (from the first when nil), in order. `limit` below 1 gives none.
+    public func ids(after: ExactID?, limit: Int) -> [ExactID] {
+        guard limit > 0 else { return [] }
+        var out: [ExactID] = []
+        out.reserveCapacity(Swift.min(limit, count))
+        root.collect(after: after, limit: limit, into: &out)
+        return out
+    }
+
+    /// Every id, in order.
+    public var all: [ExactID] { ids(after: nil, limit: count) }
+
+    /// First index whose key is at or above `id`.
+    static func lowerBound(_ keys: [ExactID], _ id: ExactID) -> Int {
+        var low = 0
+        var high = keys.count
+        while low < high {
+            let mid = low + (high - low) / 2
+            if keys[mid] < id { low = mid + 1 } else { high = mid }
+        }
+        return low
+    }
+
+    /// First index whose key is above `id` (the number of keys at or below it).
+    static func upperBound(_ keys: [ExactID], _ id: ExactID) -> Int {
+        var low = 0
+        var high = keys.count
+        while low < high {
+            let mid = low + (high - low) / 2
+            if id < keys[mid] { high = mid } else { low = mid + 1 }
+        }
+        return low
+    }
+
+    /// The tree's shape rules, for tests: nil when they hold, else what is wrong.
+    func violation() -> String? {
+        var previous: ExactID?
+        var seen = 0
+        func check(_ node: Node, low: ExactID?, high: ExactID?, depth: Int, leafDepth: inout Int?) -> String? {
+            if node.isLeaf {
+                if let leafDepth, leafDepth != depth { return "leaves at depths \(leafDepth) and \(depth)" }
+                leafDepth = depth
+                if node.keys.count > Self.leafCapacity { return "leaf of \(node.keys.count) ids" }
+                for id in node.keys {
+                    if let previous, !(previous < id) { return "\(previous) is not below \(id)" }
+                    if let low, id < low { return "\(id) below its bound \(low)" }
+                    if let high, !(id < high) { return "\(id) not below its bound \(high)" }
+                    previous = id
+                    seen += 1
+                }
+                return nil
+            }
+            if node.keys.count != node.children.count - 1 { return "\(node.keys.count) keys for \(node.children.count) children" }
+            if node.children.count > Self.innerCapacity { return "inner node of \(node.children.count) children" }
+            for (i, child) in node.children.enumerated() {
+                let childLow = i == 0 ? low : node.keys[i - 1]
+                let childHigh = i == node.keys.count ? high : node.keys[i]
+                if let problem = check(child, low: childLow, high: childHigh, depth: depth + 1, leafDepth: &leafDepth) {
+                    return problem
+                }
+            }
+            return nil
+        }
+        var leafDepth: Int?
+        if let problem = check(root, low: nil, high: nil, depth: 0, leafDepth: &leafDepth) { return problem }
+        return seen == count ? nil : "count \(count) but \(seen) ids"
+    }
+}
+
+extension SortedIDs.Node {
+    /// Inserts `id` below this node; returns whether it was new, and the right half when the node split.
+    mutating func insert(_ id: ExactID) -> (inserted: Bool, split: (ExactID, Self)?) {
+        if isLeaf {
+            let i = SortedIDs.lowerBound(keys, id)
+            if i < keys.count && keys[i] == id { return (false, nil) }
+            keys.insert(id, at: i)
+            guard keys.count > SortedIDs.leafCapacity else { return (true, nil) }
+            let half = keys.count / 2
+            let right = Self(keys: Array(keys[half...]))
+            keys.removeSubrange(half...)
+            return (true, (right.keys[0], right))
+        }
+        let c = SortedIDs.upperBound(keys, id)
+        let (inserted, split) = children[c].insert(id)
+        guard let (separator, newChild) = split else { return (inserted, nil) }
+        keys.insert(separator, at: c)
+        children.insert(newChild, at: c + 1)
+        guard children.count > SortedIDs.innerCapacity else { return (inserted, nil) }
+        // Children [0, half) stay; keys[half - 1] separates the halves and moves up.
+        let half = children.count / 2
+        let promoted = keys[half - 1]
+        let right = Self(keys: Array(keys[half...]), children: Array(children[half...]))
+        keys.removeSubrange((half - 1)...)
+        children.removeSubrange(half...)
+        return (inserted, (promoted, right))
+    }
+
+    /// Removes `id` from below this node; false if it was not there.
+    mutating func remove(_ id: ExactID) -> Bool {
+        if isLeaf {
+            let i = SortedIDs.lowerBound(keys, id)
+            guard i < keys.count && keys[i] == id else { return false }
+            keys.remove(at: i)
+            return true
+        }
+        let c = SortedIDs.upperBound(keys, id)
+        guard children[c].remove(id) else { return false }
+        mergeIfSmall(c)
+        return true
+    }
+
+    /// Merges child `c` with a neighbour when it has fallen below a quarter of its capacity and the
+    /// two fit in one node (an empty child always fits), so nodes stay a constant fraction full.
+    private mutating func mergeIfSmall(_ c: Int) {
+        let child = children[c]
+        guard children.count > 1, child.size < Swift.max(1, child.capacity / 4) else { return }
+        let (left, right) = c > 0 ? (c - 1, c) : (c, c + 1)
+        guard children[left].size + children[right].size <= child.capacity else { return }
+        let moved = children.remove(at: right)
+        let separator = keys.remove(at: left)
+        if !moved.isLeaf { children[left].keys.append(separator) }
+        children[left].keys.append(contentsOf: moved.keys)
+        children[left].children.append(contentsOf: moved.children)
+    }
+
+    /// Appends ids above `after` (all when nil) until `out` holds `limit`; true once it does.
+    @discardableResult
+    func collect(after: ExactID?, limit: Int, into out: inout [ExactID]) -> Bool {
+        if isLeaf {
+            let start = after.map { SortedIDs.upperBound(keys, $0) } ?? 0
+            for id in keys[start...] {
+                if out.count >= limit { return true }
+                out.append(id)
+            }
+            return out.count >= limit
+        }
+        let first = after.map { SortedIDs.upperBound(keys, $0) } ?? 0
+        // Only the first child can hold ids at or below `after`; the later ones are all above it.
+        if children[first].collect(after: after, limit: limit, into: &out) { return true }
+        for child in children[(first + 1)...] where child.collect(after: nil, limit: limit, into: &out) {
+            return true
+        }
+        return false
+    }
+}

@@ -1,0 +1,72 @@
+/// An identity (a record id, a request id) that is equal to another only when their UTF-8 bytes are,
+/// and sorts in byte order.
+///
+/// Swift's `String ==` is Unicode canonical equivalence: `"caf\u{E9}"` (é) equals `"cafe\u{301}"`
+/// (e + combining acute), and `"\u{212A}"` (Kelvin sign) equals `"K"`. Two peers that send those
+/// ids mean two records, so every identity is kept, hashed, compared and sorted as this type.
+/// Byte order is also Unicode scalar order, and the order of plain ASCII ids is unchanged.
+public struct ExactID: Hashable, Comparable, Sendable, CustomStringConvertible, ExpressibleByStringLiteral {
+    /// The id as received (native UTF-8 storage, so the byte views below need no copy).
+    public let string: String
+
+    public init(_ string: String) {
+        var string = string
+        string.makeContiguousUTF8()
+        self.string = string
+    }
+
+    public init(stringLiteral value: String) { self.init(value) }
+
+    public var description: String { string }
+
+    public static func == (a: ExactID, b: ExactID) -> Bool {
+        a.string.utf8.count == b.string.utf8.count && ExactUTF8.compare(a.string, b.string) == 0
+    }
+
+    public static func < (a: ExactID, b: ExactID) -> Bool { ExactUTF8.compare(a.string, b.string) < 0 }
+
+    public func hash(into hasher: inout Hasher) {
+        ExactUTF8.withBytes(string) { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+    }
+}
+
+/// Byte-exact comparison of strings, for the few places that compare a `String` with a `String`.
+public enum ExactUTF8 {
+    /// Whether `a` and `b` have the same UTF-8 bytes (not just canonically equivalent text).
+    @inline(__always)
+    public static func equal(_ a: String, _ b: String) -> Bool {
+        // A byte-equal pair is always `==`, so `==` failing is a cheap "no"; only a match is checked by bytes.
+        a == b && a.utf8.count == b.utf8.count && compare(a, b) == 0
+    }
+
+    /// <0, 0 or >0 as `a`'s UTF-8 bytes sort before, equal or after `b`'s (shorter prefix first).
+    public static func compare(_ a: String, _ b: String) -> Int {
+        withBytes(a) { x in withBytes(b) { y in compare(x, y) } }
+    }
+
+    static func compare(_ x: UnsafeBufferPointer<UInt8>, _ y: UnsafeBufferPointer<UInt8>) -> Int {
+        let common = Swift.min(x.count, y.count)
+        if common > 0, let p = x.baseAddress, let q = y.baseAddress {
+            var i = 0
+            // Eight bytes at a time, read big-endian so integer order is byte order.
+            while i + 8 <= common {
+                let u = UnsafeRawPointer(p + i).loadUnaligned(as: UInt64.self).bigEndian
+                let v = UnsafeRawPointer(q + i).loadUnaligned(as: UInt64.self).bigEndian
+                if u != v { return u < v ? -1 : 1 }
+                i += 8
+            }
+            while i < common {
+                if p[i] != q[i] { return p[i] < q[i] ? -1 : 1 }
+                i += 1
+            }
+        }
+        return x.count == y.count ? 0 : (x.count < y.count ? -1 : 1)
+    }
+
+    /// Calls `body` with the UTF-8 bytes of `string` (copied only for a string without contiguous storage).
+    @inline(__always)
+    static func withBytes<R>(_ string: String, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
+        if let result = string.utf8.withContiguousStorageIfAvailable(body) { return result }
+        return Array(string.utf8).withUnsafeBufferPointer(body)
+    }
+}
