@@ -16,6 +16,8 @@ public struct ServeOptions: Equatable, Sendable {
     public var logLevel: LogLevel = .info
     public var maxFrameBytes = 1 << 20
     public var maxOutputBytes = 8 << 20
+    /// Unfinished request lines all peers together may hold; past it the largest holders are dropped.
+    public var maxInputBytes = 256 << 20
     public var fsync: FsyncPolicy = .always
     /// Connections served at once; past it a new one gets one `overloaded` error. 0 = no limit.
     public var maxConnections = 10_000
@@ -79,11 +81,15 @@ public enum CommandLineParser {
           --log-level LEVEL        debug, info, warning or error (default info)
           --max-frame-bytes N      longest request line accepted (default 1048576;
                                    \(SettingRanges.describe(bytes: SettingRanges.maxFrameBytes)))
-          --max-output-bytes N     replies buffered for a peer that does not read before it is dropped (default 8388608;
+          --max-output-bytes N     replies buffered for a peer that does not read before it is dropped; one
+                                   larger reply is answered with replyTooLarge (default 8388608;
                                    \(SettingRanges.describe(bytes: SettingRanges.maxOutputBytes)))
+          --max-input-bytes N      unfinished request lines all peers together may hold; past it the
+                                   peers holding the most are dropped (default 268435456;
+                                   \(SettingRanges.describe(bytes: SettingRanges.maxInputBytes)))
           --max-connections N      connections served at once; more get an `overloaded` error (default 10000;
                                    \(SettingRanges.describe(count: SettingRanges.maxConnections, zero: "no limit")))
-          --idle-timeout SECONDS   close a connection with no complete request for that long (default 300;
+          --idle-timeout SECONDS   close a connection with no I/O and no reply owed for that long (default 300;
                                    \(SettingRanges.describe(seconds: SettingRanges.idleTimeout, zero: "never")))
           --config FILE            settings file (default $RPCD_CONFIG, else /etc/rpcd/rpcd.conf if present); flags win
           Sizes take a KiB, MiB, GiB or TiB suffix, durations ms, s, m or h; the config file takes the same
@@ -153,6 +159,8 @@ public enum CommandLineParser {
                     throw UsageError("--fsync '\(text)' is not one of always, everysec, none")
                 }
                 options.fsync = policy
+            case "--max-input-bytes":
+                options.maxInputBytes = try checked(flag, try value()) { ConfigValue.bytes($0, in: SettingRanges.maxInputBytes) }
             case "--compact-after-bytes":
                 options.compactAfterBytes = try checked(flag, try value()) { ConfigValue.bytes($0, in: SettingRanges.compactAfterBytes) }
             default:
@@ -168,6 +176,7 @@ public enum CommandLineParser {
         "--listen": "listen", "--data-dir": "data_dir", "--log-level": "log_level", "--fsync": "fsync",
         "--max-frame-bytes": "max_frame_bytes", "--max-output-bytes": "max_output_bytes",
         "--max-connections": "max_connections", "--idle-timeout": "idle_timeout",
+        "--max-input-bytes": "max_input_bytes", "--compact-after-bytes": "compact_after_bytes",
     ]
 
     /// `text` parsed and range-checked by `parse`, or a usage error naming the flag, the value and the range.

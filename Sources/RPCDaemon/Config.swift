@@ -1,4 +1,5 @@
 import Foundation
+import RPCSchema
 import RPCTransport
 
 /// The settings of `rpcd serve` from a file, layered: flags > file > built-in defaults.
@@ -10,8 +11,8 @@ public enum Config {
 
     /// The keys a file may set, in the order `check-config` prints them.
     public static let keys = [
-        "listen", "data_dir", "fsync", "max_frame_bytes", "max_output_bytes", "max_connections", "idle_timeout",
-        "log_level",
+        "listen", "data_dir", "fsync", "compact_after_bytes", "max_frame_bytes", "max_output_bytes", "max_input_bytes",
+        "max_connections", "idle_timeout", "log_level",
     ]
     /// Keys that may appear more than once (each adds a value).
     static let repeatable: Set<String> = ["listen"]
@@ -101,6 +102,16 @@ public enum Config {
             case .success(let bytes): options.maxOutputBytes = bytes
             case .failure(let problem): return "max_output_bytes \"\(value)\" \(problem.reason)"
             }
+        case "max_input_bytes":
+            switch ConfigValue.bytes(value, in: SettingRanges.maxInputBytes) {
+            case .success(let bytes): options.maxInputBytes = bytes
+            case .failure(let problem): return "max_input_bytes \"\(value)\" \(problem.reason)"
+            }
+        case "compact_after_bytes":
+            switch ConfigValue.bytes(value, in: SettingRanges.compactAfterBytes) {
+            case .success(let bytes): options.compactAfterBytes = bytes
+            case .failure(let problem): return "compact_after_bytes \"\(value)\" \(problem.reason)"
+            }
         case "max_connections":
             switch ConfigValue.count(value, in: SettingRanges.maxConnections, zero: "no limit") {
             case .success(let n): options.maxConnections = n
@@ -129,6 +140,8 @@ public enum Config {
             case "fsync": options.fsync = flags.fsync
             case "max_frame_bytes": options.maxFrameBytes = flags.maxFrameBytes
             case "max_output_bytes": options.maxOutputBytes = flags.maxOutputBytes
+            case "max_input_bytes": options.maxInputBytes = flags.maxInputBytes
+            case "compact_after_bytes": options.compactAfterBytes = flags.compactAfterBytes
             case "max_connections": options.maxConnections = flags.maxConnections
             case "idle_timeout": options.idleTimeout = flags.idleTimeout
             case "log_level": options.logLevel = flags.logLevel
@@ -145,33 +158,18 @@ public enum Config {
         lines.append("data_dir = \(options.dataDir)")
         lines.append("fsync = \(options.fsync.rawValue)")
         lines.append("max_frame_bytes = \(options.maxFrameBytes)")
+        lines.append("compact_after_bytes = \(options.compactAfterBytes)")
         lines.append("max_output_bytes = \(options.maxOutputBytes)")
+        lines.append("max_input_bytes = \(options.maxInputBytes)")
         lines.append("max_connections = \(options.maxConnections)")
         lines.append("idle_timeout = \(ConfigValue.render(seconds: options.idleTimeout))")
         lines.append("log_level = \(options.logLevel)")
         return lines.joined(separator: "\n") + "\n"
     }
 
-    /// The valid key nearest to `key` by edit distance, when it is near enough to be a typo.
+    /// The valid key nearest to `key`, when it is near enough to be a typo.
     static func closestKey(to key: String) -> String? {
-        let scored = keys.map { ($0, editDistance(key.lowercased(), $0)) }
-        guard let best = scored.min(by: { $0.1 < $1.1 }) else { return nil }
-        return best.1 <= max(2, best.0.count / 3) ? best.0 : nil
-    }
-
-    static func editDistance(_ a: String, _ b: String) -> Int {
-        let a = Array(a.utf8), b = Array(b.utf8)
-        guard !a.isEmpty else { return b.count }
-        guard !b.isEmpty else { return a.count }
-        var previous = Array(0...b.count)
-        for i in 1...a.count {
-            var current = [i] + Array(repeating: 0, count: b.count)
-            for j in 1...b.count {
-                current[j] = Swift.min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
-            }
-            previous = current
-        }
-        return previous[b.count]
+        Suggestion.closest(to: key, among: keys)
     }
 
     private static func reason(_ error: any Error) -> String {

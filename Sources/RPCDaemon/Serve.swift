@@ -53,7 +53,7 @@ extension Daemon {
                 dispatcher: dispatcher, durability: journal,
                 limits: Connection.Limits(maxFrameBytes: options.maxFrameBytes, maxOutputBytes: options.maxOutputBytes),
                 loopCount: ProcessInfo.processInfo.activeProcessorCount, log: log,
-                maxConnections: options.maxConnections, idleTimeout: options.idleTimeout,
+                maxConnections: options.maxConnections, idleTimeout: options.idleTimeout, maxInputBytes: options.maxInputBytes,
                 journalStats: { journal.stats() })
         } catch {
             log.error("cannot start the event loops: \(error); raise the open-file limit (LimitNOFILE)")

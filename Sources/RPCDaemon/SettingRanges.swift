@@ -6,6 +6,8 @@ enum SettingRanges {
     static let maxFrameBytes = 64...(64 << 20)
     /// Replies buffered for a peer that does not read.
     static let maxOutputBytes = (1 << 10)...(1 << 30)
+    /// Unfinished request lines all peers together may hold (at least one maximal line per loop).
+    static let maxInputBytes = (1 << 20)...(1 << 40)
     /// 0 means no limit.
     static let maxConnections = 0...1_000_000
     /// Journal size that starts a compaction (small values are for tests that compact often).

@@ -140,3 +140,30 @@ struct HostilePeerTests {
         }
     }
 }
+
+@Suite("hostile peers: the daemon-wide input budget")
+struct InputBudgetTests {
+    @Test("peers holding unfinished lines past --max-input-bytes are shed, largest first, with a logged reason")
+    func unfinishedLinesAreBounded() throws {
+        // 1 MiB for the whole daemon; each peer holds 300 KB of a line with no newline.
+        try withDaemon(extraArguments: ["--max-input-bytes", "1MiB"]) { daemon in
+            let chunk = #"{"id":"1","method":"user.getUser","param":{"userId":""# + String(repeating: "x", count: 300_000)
+            var peers: [LineClient] = []
+            for _ in 0..<12 {
+                let c = try LineClient(port: daemon.port, timeout: 5)
+                try c.send(chunk)
+                peers.append(c)
+                usleep(20_000)
+            }
+            #expect(daemon.stderrEventually(contains: "unfinished input"), "no log line about shedding: \(daemon.stderrTail())")
+            // Whoever is still connected holds at most the budget.
+            var open = 0
+            for c in peers where c.isSilent(for: 0.2) { open += 1 }
+            #expect(open * 300_000 <= 1 << 20, "\(open) peers still hold 300 KB each past a 1 MiB budget")
+            #expect(open >= 1, "the budget fits at least one peer; all \(peers.count) were shed")
+            // Everyone else is served.
+            let probe = try LineClient(port: daemon.port)
+            #expect(try probe.request(#"{"id":"p","method":"system.ping"}"#).contains("pingResult"))
+        }
+    }
+}
