@@ -1,5 +1,5 @@
-/// `rpcd check-config FILE`: exit 0 and print the effective settings, or exit 1 with one
-/// `FILE:LINE: message` per problem on stderr. Exit 2 for usage errors.
+/// `rpcd check-config FILE`: exit 0 and print the effective settings, or exit 2 with one
+/// `FILE:LINE: message` per problem on stderr (2, like `rpcd serve` for the same file, and usage errors).
 enum CheckConfigCommand {
     static let usage = "usage: rpcd check-config FILE (checks a settings file, e.g. /etc/rpcd/rpcd.conf)"
 
@@ -19,7 +19,7 @@ enum CheckConfigCommand {
             return 0
         } catch {
             for line in error.lines { LogSink.stderr.write("\(line)\n") }
-            return 1
+            return 2
         }
     }
 }

@@ -1,3 +1,5 @@
+import RPCTransport
+
 /// What `rpcd` was asked to do.
 public enum Command: Equatable, Sendable {
     case serve(ServeOptions)
@@ -141,7 +143,12 @@ public enum CommandLineParser {
                 options.maxConnections = try checked(flag, try value()) { ConfigValue.count($0, in: SettingRanges.maxConnections, zero: "no limit") }
             case "--idle-timeout":
                 options.idleTimeout = try checked(flag, try value()) { ConfigValue.seconds($0, in: SettingRanges.idleTimeout, zero: "never") }
-            case "--listen": options.listen.append(try value())
+            case "--listen":
+                let text = try value()
+                guard SocketAddress(parsing: text) != nil else {
+                    throw UsageError("--listen '\(text)' is not an address: use \(SocketAddress.acceptedForms)")
+                }
+                options.listen.append(text)
             case "--data-dir": options.dataDir = try value()
             case "--log-level":
                 let text = try value()

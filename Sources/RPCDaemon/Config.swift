@@ -220,6 +220,6 @@ enum ConfigValue {
     /// A message when `text` is not an address `serve` can bind.
     static func checkAddress(_ text: String) -> String? {
         SocketAddress(parsing: text) == nil
-            ? "listen \"\(text)\" is not HOST:PORT with a numeric IPv4 or [IPv6] host, e.g. 127.0.0.1:7878" : nil
+            ? "listen \"\(text)\" is not an address: use \(SocketAddress.acceptedForms)" : nil
     }
 }

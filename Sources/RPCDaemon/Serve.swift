@@ -33,7 +33,7 @@ extension Daemon {
         var addresses: [SocketAddress] = []
         for text in options.listen {
             guard let address = SocketAddress(parsing: text) else {
-                log.error("--listen '\(text)' is not HOST:PORT with a numeric IPv4 or [IPv6] host, e.g. 127.0.0.1:7878")
+                LogSink.stderr.write("rpcd: listen '\(text)' is not an address: use \(SocketAddress.acceptedForms)\n")
                 return 2
             }
             addresses.append(address)
@@ -64,7 +64,7 @@ extension Daemon {
             let inherited = try SocketActivation.takeListeners()
             if inherited.isEmpty { try server.listen(on: addresses) } else { try server.listen(inherited: inherited) }
         } catch {
-            log.error("cannot listen: \(error); pick a free port with --listen HOST:PORT (port 0 picks one)")
+            log.error("cannot listen: \(error); pick a free address with --listen HOST:PORT (port 0 picks a free port)")
             return 1
         }
         log.info(

@@ -85,6 +85,10 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     private func start(_ listener: Listener, note: String) {
         lock.withLock { listeners.append(listener) }
         log.info("listening on \(listener.address)\(note)")
+        if !listener.address.isLoopback {
+            let which = listener.address.isWildcard ? "every interface" : "a non-loopback address"
+            log.warning("listening on \(listener.address) (\(which)): anyone who can reach it can call every method, including mutations; rpcd has no access control yet, so bind 127.0.0.1 or firewall the port")
+        }
         listener.start()
     }
 
@@ -128,7 +132,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     private func refuse(_ fd: Int32, peer: SocketAddress?) {
         var line: [UInt8] = []
         RequestCodec.encodeError(
-            id: "", .overloaded("rpcd serves at most \(maxConnections) connections at once; try again later"),
+            id: "", .overloaded("rpcd serves at most \(maxConnections) connection\(maxConnections == 1 ? "" : "s") at once; try again later"),
             form: .canonical, into: &line)
         _ = try? line.withUnsafeBytes { try Syscall.send(fd, $0) }
         try? Syscall.shutdown(fd, how: Int32(SHUT_WR))

@@ -38,7 +38,7 @@ public final class Listener: @unchecked Sendable {
             try Syscall.listen(fd, backlog: backlog)
         } catch {
             Syscall.close(fd)
-            throw error
+            throw Errno(error.code, call: "\(error.call) \(address)")
         }
         try self.init(listening: fd, queue: queue, onAccept: onAccept, onError: onError)
     }

@@ -9,8 +9,13 @@ public enum SocketAddress: Sendable, CustomStringConvertible {
     case ipv4(sockaddr_in)
     case ipv6(sockaddr_in6)
 
-    /// Parses `HOST:PORT`, where HOST is an IPv4 literal, `[IPv6]` literal, `localhost` or `*`
-    /// (all IPv4 interfaces). Returns nil with no guessing: names other than localhost are not resolved.
+    /// The forms `init(parsing:)` accepts, for messages that reject another.
+    public static let acceptedForms =
+        "HOST:PORT where HOST is an IPv4 address (127.0.0.1), an [IPv6] address ([::1]), localhost, "
+        + "or * or nothing (*:7878, :7878) for every IPv4 interface; PORT is 0-65535 (0 picks a free one)"
+
+    /// Parses `HOST:PORT`, where HOST is an IPv4 literal, `[IPv6]` literal, `localhost`, or `*` or
+    /// empty (all IPv4 interfaces). Returns nil with no guessing: names other than localhost are not resolved.
     public init?(parsing text: String) {
         guard let colon = text.lastIndex(of: ":") else { return nil }
         var host = String(text[..<colon])
@@ -58,6 +63,19 @@ public enum SocketAddress: Sendable, CustomStringConvertible {
         case .ipv6(let address): return UInt16(bigEndian: address.sin6_port)
         }
     }
+
+    /// A loopback address (127.0.0.0/8, ::1, or ::ffff:127.x): only this machine can connect.
+    public var isLoopback: Bool {
+        switch self {
+        case .ipv4(let address):
+            return UInt32(bigEndian: address.sin_addr.s_addr) >> 24 == 127
+        case .ipv6:
+            return host == "::1" || host.hasPrefix("::ffff:127.")
+        }
+    }
+
+    /// Every interface (0.0.0.0 or ::).
+    public var isWildcard: Bool { host == "0.0.0.0" || host == "::" }
 
     /// The host part as text: `127.0.0.1`, `::1`.
     public var host: String {

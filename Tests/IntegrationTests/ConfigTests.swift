@@ -35,7 +35,7 @@ struct ConfigTests {
             """)
         defer { unlink(path) }
         let outcome = try runProcess(try Binaries.rpcd(), ["check-config", path])
-        #expect(outcome.status == 1)
+        #expect(outcome.status == 2, "bad config exits 2, as serve does")
         let lines = outcome.stderr.split(separator: "\n").map(String.init)
         #expect(lines.count == 5, "\(outcome.stderr)")
         #expect(lines.contains { $0.hasPrefix("\(path):3: ") && $0.contains("did you mean \"max_connections\"") }, "\(outcome.stderr)")
@@ -45,7 +45,7 @@ struct ConfigTests {
         #expect(lines.contains { $0.hasPrefix("\(path):7: ") }, "\(outcome.stderr)")
 
         let missing = try runProcess(try Binaries.rpcd(), ["check-config", "/nonexistent/rpcd.conf"])
-        #expect(missing.status == 1 && missing.stderr.contains("/nonexistent/rpcd.conf"))
+        #expect(missing.status == 2 && missing.stderr.contains("/nonexistent/rpcd.conf"))
         #expect(try runProcess(try Binaries.rpcd(), ["check-config"]).status == 2)
     }
 

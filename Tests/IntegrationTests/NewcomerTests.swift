@@ -35,3 +35,53 @@ struct NewcomerTests {
         }
     }
 }
+
+@Suite("newcomer rough edges: addresses, exit codes, wording")
+struct NewcomerEdgeTests {
+    @Test("a bad --listen is a one-line rpcd: usage error (exit 2) listing the accepted forms")
+    func badListen() throws {
+        let out = try runProcess(try Binaries.rpcd(), ["serve", "--listen", "example.com:7878", "--data-dir", "/nonexistent/never-created"])
+        #expect(out.status == 2)
+        let lines = out.stderr.split(separator: "\n")
+        #expect(lines.count == 1 && lines[0].hasPrefix("rpcd: --listen 'example.com:7878'"), "\(out.stderr)")
+        #expect(out.stderr.contains("localhost") && out.stderr.contains("*"), "\(out.stderr)")
+    }
+
+    @Test("--listen :PORT, *:PORT and localhost:PORT work; binding beyond loopback is warned about")
+    func listenForms() throws {
+        try withDaemon(listen: ["*:0"]) { daemon in
+            #expect(daemon.stderrEventually(contains: "every interface"), "\(daemon.stderrTail())")
+            let c = try LineClient(port: daemon.port)
+            #expect(try c.request(#"{"id":"1","method":"system.ping"}"#).contains("pingResult"))
+        }
+        try withDaemon(listen: [":0"]) { daemon in
+            #expect(daemon.stderrEventually(contains: "every interface"), "\(daemon.stderrTail())")
+        }
+        try withDaemon(listen: ["localhost:0"]) { daemon in
+            #expect(daemon.listeners[0].host == "127.0.0.1")
+            #expect(!daemon.stderrText.contains("warning"), "\(daemon.stderrTail())")
+        }
+    }
+
+    @Test("a port in use: the error names the address")
+    func bindErrorNamesAddress() throws {
+        try withDaemon { daemon in
+            let dir = FileManager.default.temporaryDirectory.appendingPathComponent("rpcd-bind-\(UUID().uuidString)")
+            defer { try? FileManager.default.removeItem(at: dir) }
+            let out = try runProcess(try Binaries.rpcd(), ["serve", "--listen", "127.0.0.1:\(daemon.port)", "--data-dir", dir.path])
+            #expect(out.status == 1)
+            #expect(out.stderr.contains("127.0.0.1:\(daemon.port)") && out.stderr.contains("in use"), "\(out.stderr)")
+        }
+    }
+
+    @Test("past --max-connections 1: \"at most 1 connection\", not \"1 connections\"")
+    func singularConnection() throws {
+        try withDaemon(extraArguments: ["--max-connections", "1"]) { daemon in
+            let first = try LineClient(port: daemon.port)
+            #expect(try first.request(#"{"id":"1","method":"system.ping"}"#).contains("pingResult"))
+            let second = try LineClient(port: daemon.port)
+            let line = try #require(try second.readLine())
+            #expect(line.contains("at most 1 connection at once"), "\(line)")
+        }
+    }
+}
