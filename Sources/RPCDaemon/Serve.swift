@@ -41,7 +41,8 @@ extension Daemon {
 
         // State: lock the data directory, replay the snapshot and journal, open the journal.
         guard let (state, journal) = openState(options, log: log) else { return 1 }
-        let dispatcher = Dispatcher(state: state, log: journal, alsoServed: SystemMethods.calls.map { $0.method }, onCounterRequest: { request in
+        let context = DaemonContext(log: log)
+        let dispatcher = Dispatcher(state: state, log: journal, context: context, onCounterRequest: { request in
             log.debug("counter-request \(request.method) id \(request.id) received; not answered")
         })
         journal.attach(dispatcher)
@@ -55,6 +56,7 @@ extension Daemon {
                 loopCount: ProcessInfo.processInfo.activeProcessorCount, log: log,
                 maxConnections: options.maxConnections, idleTimeout: options.idleTimeout, maxInputBytes: options.maxInputBytes,
                 journalStats: { journal.stats() })
+            context.attach(server)
         } catch {
             log.error("cannot start the event loops: \(error); raise the open-file limit (LimitNOFILE)")
             return 1

@@ -33,7 +33,6 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     let journalStats: (@Sendable () -> JournalStats)?
     /// Per-loop connections and counters, by loop identity (immutable after init).
     private let loopStates: [LoopState]
-    private let system: SystemMethods
 
     /// Unfinished lines all peers together may hold before the largest holders are shed.
     static let defaultMaxInputBytes = 256 << 20
@@ -64,7 +63,6 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         self.idleTimeout = idleTimeout
         self.journalStats = journalStats
         self.loopStates = loops.loops.map { LoopState(loop: $0) }
-        self.system = SystemMethods(table: dispatcher.table)
         for state in loopStates { state.startIdleSweep(seconds: idleTimeout, log: log) }
     }
 
@@ -157,12 +155,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         case .request(let request):
             requestID = request.id
             if box.session.form == nil { box.session.form = request.form }
-            let form = box.session.form ?? .canonical
-            if request.method.entity == SystemMethods.entity {
-                serveSystem(request, form: form, on: connection, box: box)
-                return
-            }
-            let served = dispatcher.serve(request, form: form, into: &box.scratch)
+            let served = dispatcher.serve(request, session: &box.session, into: &box.scratch)
             disposition = served.disposition
             stats.count(served.known ? request.method : LoopState.unknownMethod, failed: served.failed)
         case .counterRequest, .invalid:
@@ -188,6 +181,12 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
                     form: form, into: &error)
                 released.add(connection, slot: slot, reply: error)
             }
+        case .replyLater(let start):
+            let slot = connection.reserve()
+            start { line in connection.queue.async { connection.fill(slot, with: line) } }
+        }
+        if box.session.closeAfterReply {
+            connection.closeAfterFlush(.closedByServer("closed after \(box.session.authFailures) failed system.auth calls"))
         }
     }
 
@@ -256,35 +255,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
 
     // MARK: - The system entity
 
-    private var uptime: Double { Double(DispatchTime.now().uptimeNanoseconds - startedAt) / 1e9 }
-
-    /// `system.*`: answered here, in request order like every other reply.
-    private func serveSystem(_ request: Request, form: WireForm, on connection: Connection, box: SessionBox) {
-        let stats = loopState(connection)
-        let error = SystemMethods.serves(request.method) ? SystemMethods.checkParam(request) : dispatcher.methodNotFound(request.method)
-        stats.count(SystemMethods.serves(request.method) ? request.method : LoopState.unknownMethod, failed: error != nil)
-        if let error {
-            RequestCodec.encodeError(id: request.id, error, form: form, into: &box.scratch)
-            return send(box.scratch, id: request.id, on: connection, box: box)
-        }
-        switch request.method {
-        case SystemPing.method:
-            let reply = PingResult(version: CommandLineParser.version, uptimeSeconds: uptime)
-            RequestCodec.encode(id: request.id, method: request.method.result, param: SystemMethods.encode(reply), form: form, into: &box.scratch)
-            send(box.scratch, id: request.id, on: connection, box: box)
-        case SystemDescribe.method:
-            RequestCodec.encode(id: request.id, method: request.method.result, param: system.description, form: form, into: &box.scratch)
-            send(box.scratch, id: request.id, on: connection, box: box)
-        default:
-            let slot = connection.reserve()
-            collectStats { result in
-                var out: [UInt8] = []
-                RequestCodec.encode(id: request.id, method: request.method.result, param: SystemMethods.encode(result), form: form, into: &out)
-                let reply = out
-                connection.queue.async { connection.fill(slot, with: reply) }
-            }
-        }
-    }
+    var uptime: Double { Double(DispatchTime.now().uptimeNanoseconds &- startedAt) / 1e9 }
 
     /// Adds up every loop's figures (visiting each loop queue) and the connection counts.
     func collectStats(_ done: @escaping @Sendable (StatsResult) -> Void) {
@@ -292,7 +263,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             let connections = lock.withLock {
                 ConnectionStats(current: self.connections.count, total: totalConnections, refused: refusedConnections, idleClosed: 0)
             }
-            done(SystemMethods.stats(snapshot, connections: connections, uptime: uptime, journal: journalStats?() ?? JournalStats()))
+            done(StatsReport.stats(snapshot, connections: connections, uptime: uptime, journal: journalStats?() ?? JournalStats()))
         }
     }
 }

@@ -1,55 +1,12 @@
+import Dispatch
 import Foundation
 import RPCEntities
 import RPCSchema
 import RPCTransport
 
-/// The `system` entity (`ping`, `describe`, `stats`), served by the daemon itself because it reports
-/// on the daemon. `describe` is generated from the dispatcher's method table and the system call
-/// types, never from a hand-kept list.
-struct SystemMethods: Sendable {
-    static let entity = "system"
-    /// The system calls, described like any other method.
-    static let calls: [any RPCCall.Type] = [SystemPing.self, SystemDescribe.self, SystemStats.self]
-
-    /// The reply of `system.describe`, built once (the table does not change while serving).
-    let description: JSONValue
-
-    init(table: MethodTable<Entities>) {
-        var entities: [EntityDescription] = []
-        func add(_ method: RPCMethod, fields: [RPCField], mutation: Bool) {
-            let described = MethodDescription(
-                name: method.name, result: method.result.description, mutation: mutation, params: fields)
-            if let index = entities.firstIndex(where: { $0.name == method.entity }) {
-                entities[index].methods.append(described)
-            } else {
-                entities.append(EntityDescription(name: method.entity, methods: [described]))
-            }
-        }
-        for entry in table.entries { add(entry.method, fields: entry.fields, mutation: entry.isMutation) }
-        for call in Self.calls { add(call.method, fields: call.fields, mutation: call.isMutation) }
-        let reply = ServiceDescription(version: CommandLineParser.version, entities: entities)
-        description = (try? JSONValueEncoder().encode(reply)) ?? .null
-    }
-
-    /// Whether `method` is one of the system calls.
-    static func serves(_ method: RPCMethod) -> Bool {
-        calls.contains { $0.method == method }
-    }
-
-    /// Rejects any param field: the system calls take none.
-    static func checkParam(_ request: Request) -> RPCError? {
-        switch request.param {
-        case nil: return nil
-        case .object(let object)? where object.isEmpty: return nil
-        default: return .invalidParams("\(request.method) takes no param fields; send {} or leave param out")
-        }
-    }
-
-
-    static func encode<R: Encodable>(_ reply: R) -> JSONValue {
-        (try? JSONValueEncoder().encode(reply)) ?? .null
-    }
-
+/// The daemon's side of the `system` entity (whose handlers live in the method table): the
+/// context they read, and the `system.stats` figures added up from the loops.
+enum StatsReport {
     /// `system.stats` from the loops' snapshot and the server's connection figures.
     static func stats(
         _ snapshot: LoopState.Snapshot, connections: ConnectionStats, uptime: Double, journal: JournalStats
@@ -66,5 +23,44 @@ struct SystemMethods: Sendable {
             requests: methods.reduce(0) { $0 + $1.requests }, errors: methods.reduce(0) { $0 + $1.errors },
             methods: methods, bytesIn: Int(clamping: snapshot.bytesIn), bytesOut: Int(clamping: snapshot.bytesOut),
             journal: journal)
+    }
+}
+
+/// What `system.*` reads from the daemon: version, uptime, statistics and the authenticator.
+/// Created before the server (the dispatcher needs it), attached to it once the server exists.
+final class DaemonContext: ServiceContext, @unchecked Sendable {
+    // @unchecked: `server` and `authenticator` are guarded by `lock`.
+    let version = CommandLineParser.version
+    let maxAuthFailures = 3
+    private let startedAt = DispatchTime.now().uptimeNanoseconds
+    private let lock = NSLock()
+    private weak var server: Server?
+    private var authenticator: (@Sendable (_ name: String, _ token: String) -> RPCRole?)?
+    private let log: Logger
+
+    init(log: Logger) { self.log = log }
+
+    func attach(_ server: Server) { lock.withLock { self.server = server } }
+
+    /// Sets how tokens are checked (nil: no principals, every `system.auth` fails).
+    func setAuthenticator(_ check: (@Sendable (_ name: String, _ token: String) -> RPCRole?)?) {
+        lock.withLock { authenticator = check }
+    }
+
+    var uptimeSeconds: Double { Double(DispatchTime.now().uptimeNanoseconds &- startedAt) / 1e9 }
+
+    func stats(_ done: @escaping @Sendable (StatsResult) -> Void) {
+        guard let server = lock.withLock({ server }) else { return }
+        server.collectStats(done)
+    }
+
+    func authenticate(name: String, token: String, peer: String) -> RPCRole? {
+        let check = lock.withLock { authenticator }
+        if let role = check?(name, token) {
+            log.info("\(peer): authenticated as \"\(name.prefix(64))\" (role \(role.rawValue))")
+            return role
+        }
+        log.warning(key: "auth-failure", "\(peer): system.auth failed for name \"\(name.prefix(64))\"")
+        return nil
     }
 }

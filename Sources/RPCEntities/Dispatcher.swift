@@ -24,15 +24,10 @@ public final class Dispatcher: @unchecked Sendable {
     public let table: MethodTable<Entities>
     private let log: MutationLog?
     private let onCounterRequest: @Sendable (Request) -> Void
-    /// Methods served beside the table (the daemon's `system.*`), named in `methodNotFound` errors.
-    public let alsoServed: [RPCMethod]
+    /// What the service methods (`system.*`) read; nil: they answer `internal`.
+    private let context: (any ServiceContext)?
 
-    /// What a connection remembers between lines.
-    public struct Session: Sendable {
-        /// The form of the connection's first request; replies use it.
-        public var form: WireForm?
-        public init() {}
-    }
+    public typealias Session = RPCEntities.Session
 
     /// What `handle` did.
     public enum Disposition: Equatable, Sendable {
@@ -42,13 +37,24 @@ public final class Dispatcher: @unchecked Sendable {
         case reply
         /// A reply to request `id` was appended; send it once the log has made `ticket` durable.
         case replyAfter(ticket: UInt64, id: String)
+        /// The reply comes later: reserve its place, then call the function; its completion gets
+        /// the whole reply line (any thread).
+        case replyLater(@Sendable (@escaping @Sendable ([UInt8]) -> Void) -> Void)
+
+        public static func == (a: Disposition, b: Disposition) -> Bool {
+            switch (a, b) {
+            case (.none, .none), (.reply, .reply), (.replyLater, .replyLater): return true
+            case (.replyAfter(let t1, let i1), .replyAfter(let t2, let i2)): return t1 == t2 && i1 == i2
+            default: return false
+            }
+        }
     }
 
     public init(
         state: Entities = Entities(), table: MethodTable<Entities> = Entities.table, log: MutationLog? = nil,
-        alsoServed: [RPCMethod] = [], onCounterRequest: @escaping @Sendable (Request) -> Void = { _ in }
+        context: (any ServiceContext)? = nil, onCounterRequest: @escaping @Sendable (Request) -> Void = { _ in }
     ) {
-        self.alsoServed = alsoServed
+        self.context = context
         self.state = state
         self.table = table
         self.log = log
@@ -60,7 +66,7 @@ public final class Dispatcher: @unchecked Sendable {
         switch RequestCodec.decode(line) {
         case .request(let request):
             if session.form == nil { session.form = request.form }
-            return handle(request, form: session.form ?? .canonical, into: &out)
+            return serve(request, session: &session, into: &out).disposition
         case .counterRequest(let request):
             if session.form == nil { session.form = request.form }
             onCounterRequest(request)
@@ -72,9 +78,11 @@ public final class Dispatcher: @unchecked Sendable {
         }
     }
 
-    /// Handles a decoded request; the reply goes in `form`.
+    /// Handles a decoded request for a connection that may call everything; the reply goes in `form`.
     public func handle(_ request: Request, form: WireForm, into out: inout [UInt8]) -> Disposition {
-        serve(request, form: form, into: &out).disposition
+        var session = Session()
+        session.form = form
+        return serve(request, session: &session, into: &out).disposition
     }
 
     /// What serving one request came to, for statistics.
@@ -86,11 +94,19 @@ public final class Dispatcher: @unchecked Sendable {
         public var known: Bool
     }
 
-    /// Handles a decoded request; the reply goes in `form`.
-    public func serve(_ request: Request, form: WireForm, into out: inout [UInt8]) -> Served {
+    /// Handles a decoded request for `session` (its form, its role); the reply goes in its form.
+    public func serve(_ request: Request, session: inout Session, into out: inout [UInt8]) -> Served {
+        let form = session.form ?? .canonical
         guard let entry = table.entry(for: request.method) else {
             RequestCodec.encodeError(id: request.id, methodNotFound(request.method), form: form, into: &out)
             return Served(disposition: .reply, failed: true, known: false)
+        }
+        if let refusal = session.refusal(of: entry.method, needing: entry.access) {
+            RequestCodec.encodeError(id: request.id, refusal, form: form, into: &out)
+            return Served(disposition: .reply, failed: true, known: true)
+        }
+        if let service = entry.service {
+            return serve(request, service: service, result: entry.result, session: &session, into: &out)
         }
         let prepared: MethodTable<Entities>.Prepared
         switch entry.prepare(request.param) {
@@ -109,9 +125,49 @@ public final class Dispatcher: @unchecked Sendable {
         return Served(disposition: disposition, failed: error != nil, known: true)
     }
 
+    /// A service method (`system.*`): on this thread, outside the state lock.
+    private func serve(
+        _ request: Request, service: MethodTable<Entities>.ServiceHandler, result: RPCMethod, session: inout Session,
+        into out: inout [UInt8]
+    ) -> Served {
+        let form = session.form ?? .canonical
+        guard let context else {
+            RequestCodec.encodeError(id: request.id, .internal("\(request.method) is not served here"), form: form, into: &out)
+            return Served(disposition: .reply, failed: true, known: true)
+        }
+        var later: (@Sendable (@escaping @Sendable (Result<[UInt8], RPCError>) -> Void) -> Void)?
+        let error = RequestCodec.encode(id: request.id, method: result, form: form, into: &out) { out in
+            switch service(request.param, &session, context, &out) {
+            case .replied: return nil
+            case .failed(let error): return error
+            case .later(let start):
+                later = start
+                return nil
+            }
+        }
+        guard let later else { return Served(disposition: .reply, failed: error != nil, known: true) }
+        out.removeAll(keepingCapacity: true)
+        let id = request.id
+        return Served(disposition: .replyLater({ deliver in
+            later { outcome in
+                var line: [UInt8] = []
+                switch outcome {
+                case .success(let param):
+                    _ = RequestCodec.encode(id: id, method: result, form: form, into: &line) { out in
+                        out.append(contentsOf: param)
+                        return nil
+                    }
+                case .failure(let error):
+                    RequestCodec.encodeError(id: id, error, form: form, into: &line)
+                }
+                deliver(line)
+            }
+        }), failed: false, known: true)
+    }
+
     /// The error for a method nobody serves: which part is unknown, the nearest name, and every method.
     public func methodNotFound(_ method: RPCMethod) -> RPCError {
-        let known = table.entries.map(\.method) + alsoServed
+        let known = table.entries.map(\.method)
         let hint = known.contains { $0.entity == method.entity }
             ? "entity \"\(method.entity)\" has no method \"\(method.name)\""
             : "there is no entity \"\(method.entity)\""

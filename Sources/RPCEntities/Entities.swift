@@ -15,6 +15,7 @@ public struct Entities: Sendable {
         var table = MethodTable<Entities>()
         UserMethods.register(in: &table)
         BuildingMethods.register(in: &table)
+        SystemMethods.register(in: &table)
         return table
     }()
 }

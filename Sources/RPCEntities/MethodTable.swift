@@ -9,12 +9,29 @@ public struct MethodTable<State>: Sendable {
     /// to the buffer, or returns the error to send instead.
     public typealias Prepared = @Sendable (inout State, inout [UInt8]) -> RPCError?
 
+    /// A service method's handler: decodes the param, may update the session, and writes the reply
+    /// param now, fails, or answers later (it runs on the connection's loop, outside the state lock).
+    public typealias ServiceHandler = @Sendable (JSONValue?, inout Session, any ServiceContext, inout [UInt8]) -> ServiceOutcome
+
+    public enum ServiceOutcome: Sendable {
+        /// The reply param was written.
+        case replied
+        case failed(RPCError)
+        /// The reply comes later: call the function with a completion that takes the reply param
+        /// as JSON text, or the error.
+        case later(@Sendable (@escaping @Sendable (Result<[UInt8], RPCError>) -> Void) -> Void)
+    }
+
     public struct Entry: Sendable {
         public let method: RPCMethod
         /// The paired method a success is sent to (`user.getUserResult`), built once.
         public let result: RPCMethod
         public let fields: [RPCField]
         public let isMutation: Bool
+        /// What a caller needs: the role check reads it here, and so does `system.describe`.
+        public let access: RPCAccess
+        /// Set for methods answered around the state (`system.*`): then `prepare` is not used.
+        public let service: ServiceHandler?
         /// Decodes the param (outside any lock) into a call to run against the state.
         public let prepare: @Sendable (JSONValue?) -> Result<Prepared, RPCError>
         /// Like `prepare`, but the call encodes no reply, only the error if any (journal replay).
@@ -32,11 +49,14 @@ public struct MethodTable<State>: Sendable {
     /// Whether any method of `entity` exists (to tell "unknown entity" from "unknown method").
     public func hasEntity(_ entity: String) -> Bool { entries.contains { $0.method.entity == entity } }
 
+    /// What a method needs unless its registration says otherwise: `write` for mutations, else `read`.
+    public static func defaultAccess<C: RPCCall>(_ call: C.Type) -> RPCAccess { C.isMutation ? .write : .read }
+
     /// Registers `C` with its handler; the reply is written through its `Encodable` conformance.
     public mutating func on<C: RPCCall>(
-        _ call: C.Type, _ handler: @escaping @Sendable (inout State, C) throws(RPCError) -> C.Reply
+        _ call: C.Type, access: RPCAccess? = nil, _ handler: @escaping @Sendable (inout State, C) throws(RPCError) -> C.Reply
     ) {
-        register(call, handler) { reply, out in
+        register(call, access: access ?? Self.defaultAccess(call), handler) { reply, out in
             JSONWriter.write(encodable: reply, into: &out).map {
                 RPCError.internal("could not encode the reply of \(C.method): \($0); please report this bug")
             }
@@ -45,16 +65,16 @@ public struct MethodTable<State>: Sendable {
 
     /// Registers `C` with its handler; the reply writes itself (`JSONWritable`, no intermediate tree).
     public mutating func on<C: RPCCall>(
-        _ call: C.Type, _ handler: @escaping @Sendable (inout State, C) throws(RPCError) -> C.Reply
+        _ call: C.Type, access: RPCAccess? = nil, _ handler: @escaping @Sendable (inout State, C) throws(RPCError) -> C.Reply
     ) where C.Reply: JSONWritable {
-        register(call, handler) { reply, out in
+        register(call, access: access ?? Self.defaultAccess(call), handler) { reply, out in
             reply.writeJSON(into: &out)
             return nil
         }
     }
 
     private mutating func register<C: RPCCall>(
-        _ call: C.Type, _ handler: @escaping @Sendable (inout State, C) throws(RPCError) -> C.Reply,
+        _ call: C.Type, access: RPCAccess, _ handler: @escaping @Sendable (inout State, C) throws(RPCError) -> C.Reply,
         write: @escaping @Sendable (C.Reply, inout [UInt8]) -> RPCError?
     ) {
         let fields = C.fields
@@ -71,7 +91,7 @@ public struct MethodTable<State>: Sendable {
                 }
             }
         }
-        let entry = Entry(method: method, result: method.result, fields: fields, isMutation: C.isMutation, prepare: { param in
+        let entry = Entry(method: method, result: method.result, fields: fields, isMutation: C.isMutation, access: access, service: nil, prepare: { param in
             let params: C
             switch ParamDecoding.decode(C.self, from: param, fields: fields) {
             case .success(let decoded): params = decoded
@@ -85,9 +105,64 @@ public struct MethodTable<State>: Sendable {
                 }
             }
         }, prepareSilent: silent)
-        precondition(byMethod[method] == nil, "\(method) registered twice")
-        byMethod[method] = entry
+        add(entry)
+    }
+
+    private mutating func add(_ entry: Entry) {
+        precondition(byMethod[entry.method] == nil, "\(entry.method) registered twice")
+        byMethod[entry.method] = entry
         entries.append(entry)
+    }
+
+    /// What a service handler returns: the reply now, an error, or the reply later.
+    public enum ServiceResult<Reply: Sendable>: Sendable {
+        case now(Reply)
+        case failure(RPCError)
+        case later(@Sendable (@escaping @Sendable (Result<Reply, RPCError>) -> Void) -> Void)
+    }
+
+    /// Registers a service method (answered around the state, never journaled): `handler` gets the
+    /// decoded param, the connection's session and the daemon's context, on the connection's loop.
+    public mutating func service<C: RPCCall>(
+        _ call: C.Type, access: RPCAccess,
+        _ handler: @escaping @Sendable (C, inout Session, any ServiceContext) -> ServiceResult<C.Reply>
+    ) {
+        let fields = C.fields
+        let method = C.method
+        @Sendable func write(_ reply: C.Reply, into out: inout [UInt8]) -> RPCError? {
+            JSONWriter.write(encodable: reply, into: &out).map {
+                RPCError.internal("could not encode the reply of \(C.method): \($0); please report this bug")
+            }
+        }
+        let run: ServiceHandler = { param, session, context, out in
+            let params: C
+            switch ParamDecoding.decode(C.self, from: param, fields: fields) {
+            case .success(let decoded): params = decoded
+            case .failure(let error): return .failed(error)
+            }
+            switch handler(params, &session, context) {
+            case .now(let reply): return write(reply, into: &out).map { .failed($0) } ?? .replied
+            case .failure(let error): return .failed(error)
+            case .later(let start):
+                return .later { done in
+                    start { result in
+                        done(result.flatMap { reply in
+                            var bytes: [UInt8] = []
+                            return write(reply, into: &bytes).map { .failure($0) } ?? .success(bytes)
+                        })
+                    }
+                }
+            }
+        }
+        let notHere: @Sendable (JSONValue?) -> Result<Prepared, RPCError> = { _ in
+            .failure(.internal("\(method) is a service method; it does not run against the state"))
+        }
+        let notJournaled: @Sendable (JSONValue?) -> Result<@Sendable (inout State) -> RPCError?, RPCError> = { _ in
+            .failure(.internal("\(method) is never journaled"))
+        }
+        add(Entry(
+            method: method, result: method.result, fields: fields, isMutation: false, access: access, service: run,
+            prepare: notHere, prepareSilent: notJournaled))
     }
 }
 

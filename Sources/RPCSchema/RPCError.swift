@@ -23,6 +23,10 @@ public struct RPCErrorCode: RawRepresentable, Hashable, Sendable, Codable, Custo
     public static let frameTooLarge = RPCErrorCode("frameTooLarge")
     /// The daemon refuses work it cannot take now (too many connections).
     public static let overloaded = RPCErrorCode("overloaded")
+    /// The connection has not authenticated (`system.auth`) and the method needs it.
+    public static let unauthorized = RPCErrorCode("unauthorized")
+    /// The connection's role does not allow the method.
+    public static let forbidden = RPCErrorCode("forbidden")
     /// One reply would pass the connection's output cap (`max_output_bytes`); ask for less (page lists).
     public static let replyTooLarge = RPCErrorCode("replyTooLarge")
     /// The daemon failed; the message says why.
@@ -30,7 +34,7 @@ public struct RPCErrorCode: RawRepresentable, Hashable, Sendable, Codable, Custo
 
     public static let all: [RPCErrorCode] = [
         .parseError, .invalidRequest, .methodNotFound, .invalidParams, .notFound, .conflict,
-        .frameTooLarge, .overloaded, .replyTooLarge, .internal,
+        .frameTooLarge, .overloaded, .replyTooLarge, .unauthorized, .forbidden, .internal,
     ]
 
     public var description: String { rawValue }
@@ -65,5 +69,7 @@ public struct RPCError: Error, Hashable, Sendable, Codable, CustomStringConverti
     public static func frameTooLarge(_ message: String) -> RPCError { RPCError(.frameTooLarge, message) }
     public static func overloaded(_ message: String) -> RPCError { RPCError(.overloaded, message) }
     public static func replyTooLarge(_ message: String) -> RPCError { RPCError(.replyTooLarge, message) }
+    public static func unauthorized(_ message: String) -> RPCError { RPCError(.unauthorized, message) }
+    public static func forbidden(_ message: String) -> RPCError { RPCError(.forbidden, message) }
     public static func `internal`(_ message: String) -> RPCError { RPCError(.internal, message) }
 }

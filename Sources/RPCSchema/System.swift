@@ -51,11 +51,14 @@ public struct MethodDescription: Codable, Hashable, Sendable {
     public var result: String
     /// Whether it changes state (and is journaled).
     public var mutation: Bool
+    /// What a caller needs (`open`, `read`, `write`, `replicate`, `admin`); absent from older daemons.
+    public var access: RPCAccess?
     public var params: [RPCField]
-    public init(name: String, result: String, mutation: Bool, params: [RPCField]) {
+    public init(name: String, result: String, mutation: Bool, access: RPCAccess? = nil, params: [RPCField]) {
         self.name = name
         self.result = result
         self.mutation = mutation
+        self.access = access
         self.params = params
     }
 }
@@ -127,5 +130,27 @@ public struct JournalStats: Codable, Hashable, Sendable {
     public init(bytes: Int = 0, lastFsyncMicroseconds: Int = 0) {
         self.bytes = bytes
         self.lastFsyncMicroseconds = lastFsyncMicroseconds
+    }
+}
+
+/// `system.auth {name, token}` -> the role granted to this connection. Open to anyone; a few
+/// failures close the connection.
+public struct SystemAuth: RPCCall, Hashable {
+    public typealias Reply = AuthResult
+    public static let method = RPCMethod("system", "auth")
+    public var name: String
+    public var token: String
+    public init(name: String, token: String) {
+        self.name = name
+        self.token = token
+    }
+}
+
+public struct AuthResult: Codable, Hashable, Sendable {
+    public var name: String
+    public var role: RPCRole
+    public init(name: String, role: RPCRole) {
+        self.name = name
+        self.role = role
     }
 }

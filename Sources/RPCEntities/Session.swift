@@ -1,0 +1,51 @@
+import RPCSchema
+
+/// What a connection remembers between lines: its wire form and who it is. Owned by the
+/// connection's loop; the dispatcher reads and updates it per request.
+public struct Session: Sendable {
+    /// The form of the connection's first request; replies use it.
+    public var form: WireForm?
+    /// What the connection may call. `admin` where no authentication is asked for (the default, and
+    /// a loopback TCP listener without an auth file); nil until `system.auth` succeeds where it is.
+    public var role: RPCRole?
+    /// Who authenticated (`system.auth`, or the Unix user), for logs and for closing the
+    /// connections of a principal that was removed.
+    public var principal: String?
+    /// The peer's address, for logs.
+    public var peer: String
+    /// Failed `system.auth` calls on this connection.
+    public var authFailures = 0
+    /// Set by a handler: close the connection once the reply is sent (e.g. too many failed logins).
+    public var closeAfterReply = false
+
+    public init(role: RPCRole? = .admin, peer: String = "") {
+        self.role = role
+        self.peer = peer
+    }
+
+    /// Why this connection may not call a method needing `access`, or nil when it may.
+    public func refusal(of method: RPCMethod, needing access: RPCAccess) -> RPCError? {
+        guard access != .open else { return nil }
+        guard let role else {
+            return .unauthorized("\(method) needs authentication on this connection: call system.auth {\"name\",\"token\"} first (an operator creates a token with rpcd auth add NAME ROLE)")
+        }
+        guard role.allows(access) else {
+            let who = principal.map { "\"\($0)\" has role \(role.rawValue)" } ?? "this connection has role \(role.rawValue)"
+            return .forbidden("\(method) needs a role allowing \(access.rawValue) access; \(who); ask the operator for a token with a role that allows it")
+        }
+        return nil
+    }
+}
+
+/// What the service methods (`system.*`) read from the daemon around the entity state. The daemon
+/// implements it; the handlers live in the method table like every other method.
+public protocol ServiceContext: Sendable {
+    var version: String { get }
+    var uptimeSeconds: Double { get }
+    /// `system.stats`, gathered from every event loop; `done` runs on any thread.
+    func stats(_ done: @escaping @Sendable (StatsResult) -> Void)
+    /// The role of principal `name` when `token` is its token; nil otherwise. Logs failures (never the token).
+    func authenticate(name: String, token: String, peer: String) -> RPCRole?
+    /// Failed `system.auth` calls after which a connection is closed.
+    var maxAuthFailures: Int { get }
+}

@@ -1,0 +1,49 @@
+import RPCSchema
+
+/// The `system` entity: about the daemon rather than its data. Registered in the method table like
+/// every other entity, so the dispatcher, `system.describe` and the role check all see it; the
+/// handlers read the daemon through its `ServiceContext`.
+enum SystemMethods {
+    static func register(in table: inout MethodTable<Entities>) {
+        table.service(SystemPing.self, access: .open) { _, _, context in
+            .now(PingResult(version: context.version, uptimeSeconds: context.uptimeSeconds))
+        }
+        table.service(SystemAuth.self, access: .open) { p, session, context in
+            if let role = context.authenticate(name: p.name, token: p.token, peer: session.peer) {
+                session.role = role
+                session.principal = p.name
+                session.authFailures = 0
+                return .now(AuthResult(name: p.name, role: role))
+            }
+            session.authFailures += 1
+            let left = context.maxAuthFailures - session.authFailures
+            if left <= 0 { session.closeAfterReply = true }
+            return .failure(.unauthorized(
+                left > 0
+                    ? "unknown name or wrong token for \"\(p.name.prefix(64))\"; check the token file (\(left) more tr\(left == 1 ? "y" : "ies") on this connection)"
+                    : "unknown name or wrong token for \"\(p.name.prefix(64))\"; too many failures, closing the connection"))
+        }
+        table.service(SystemDescribe.self, access: .read) { _, _, context in
+            .now(describe(Entities.table, version: context.version))
+        }
+        table.service(SystemStats.self, access: .admin) { _, _, context in
+            .later { done in context.stats { done(.success($0)) } }
+        }
+    }
+
+    /// Every entity and method of `table`, in registration order, with params and access.
+    static func describe(_ table: MethodTable<Entities>, version: String) -> ServiceDescription {
+        var entities: [EntityDescription] = []
+        for entry in table.entries {
+            let method = MethodDescription(
+                name: entry.method.name, result: entry.result.description, mutation: entry.isMutation,
+                access: entry.access, params: entry.fields)
+            if let index = entities.firstIndex(where: { $0.name == entry.method.entity }) {
+                entities[index].methods.append(method)
+            } else {
+                entities.append(EntityDescription(name: entry.method.entity, methods: [method]))
+            }
+        }
+        return ServiceDescription(version: version, entities: entities)
+    }
+}
