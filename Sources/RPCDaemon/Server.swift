@@ -26,6 +26,13 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
 
     /// 0 = no limit.
     let maxConnections: Int
+    /// Who may do what before authenticating (protected mode, tokens, Unix roles); guarded by `lock`
+    /// because SIGHUP may replace it.
+    private var accessRules: ConnectionAccess
+    var access: ConnectionAccess {
+        get { lock.withLock { accessRules } }
+        set { lock.withLock { accessRules = newValue } }
+    }
     /// Seconds; 0 = never.
     let idleTimeout: Double
     let startedAt = DispatchTime.now().uptimeNanoseconds
@@ -46,8 +53,9 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     init(
         dispatcher: Dispatcher, durability: (any MutationLog)?, limits: Connection.Limits, loopCount: Int, log: Logger,
         maxConnections: Int = 0, idleTimeout: Double = 0, maxInputBytes: Int = Server.defaultMaxInputBytes,
-        journalStats: (@Sendable () -> JournalStats)? = nil
+        access: ConnectionAccess = ConnectionAccess(), journalStats: (@Sendable () -> JournalStats)? = nil
     ) throws(Errno) {
+        self.accessRules = access
         self.dispatcher = dispatcher
         self.durability = durability
         self.limits = limits
@@ -83,22 +91,38 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     private func start(_ listener: Listener, note: String) {
         lock.withLock { listeners.append(listener) }
         log.info("listening on \(listener.address)\(note)")
-        if !listener.address.isLoopback {
+        if case .unix = listener.address { return listener.start() }
+        let rules = access
+        if rules.tokensConfigured {
+            log.info("\(listener.address): peers authenticate with system.auth before anything but system.ping")
+        } else if !listener.address.isLoopback {
             let which = listener.address.isWildcard ? "every interface" : "a non-loopback address"
-            log.warning("listening on \(listener.address) (\(which)): anyone who can reach it can call every method, including mutations; rpcd has no access control yet, so bind 127.0.0.1 or firewall the port")
+            if rules.protectedMode {
+                log.warning("listening on \(listener.address) (\(which)) without an auth_file: protected mode serves loopback peers only and refuses the rest; set auth_file to admit them with tokens")
+            } else {
+                log.warning("listening on \(listener.address) (\(which)) with protected_mode = no and no auth_file: anyone who can reach it can call every method, including mutations")
+            }
         }
         listener.start()
     }
 
-    private var onAccept: @Sendable (Int32, SocketAddress?) -> Void {
-        { [unowned self] fd, peer in self.accepted(fd, peer: peer) }
+    private var onAccept: @Sendable (Int32, SocketAddress?, SocketAddress) -> Void {
+        { [unowned self] fd, peer, listener in self.accepted(fd, peer: peer, on: listener) }
     }
 
     private var onListenerError: @Sendable (String) -> Void {
         { [log] message in log.warning(key: "listener", message) }
     }
 
-    private func accepted(_ fd: Int32, peer: SocketAddress?) {
+    private func accepted(_ fd: Int32, peer: SocketAddress?, on listener: SocketAddress) {
+        var credentials: PeerCredentials?
+        if case .unix = listener { credentials = try? Syscall.peerCredentials(fd) }
+        let who = credentials.map { "uid \($0.uid) (pid \($0.pid))" } ?? peer.map { "\($0)" } ?? "?"
+        let decision = access.decide(listener: listener, peer: peer, credentials: credentials)
+        if case .refuse(let error) = decision {
+            refuse(fd, error, log: "refused \(who) on \(listener): \(error.errorMessage)")
+            return
+        }
         var overloaded = false
         let connection: Connection? = lock.withLock {
             guard !stopping else { return nil }
@@ -111,12 +135,24 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             totalConnections += 1
             let connection = Connection(
                 fd: fd, id: nextID, peer: peer, loop: loops.nextLoop(), limits: limits, delegate: self)
-            connection.context = SessionBox()
+            let box = SessionBox()
+            box.session.peer = who
+            if case .admit(let role, let principal) = decision {
+                box.session.role = role
+                box.session.principal = principal
+            }
+            connection.context = box
             connections[nextID] = connection
             return connection
         }
         guard let connection else {
-            if overloaded { refuse(fd, peer: peer) } else { Syscall.close(fd) }
+            if overloaded {
+                let error = RPCError.overloaded(
+                    "rpcd serves at most \(maxConnections) connection\(maxConnections == 1 ? "" : "s") at once; try again later")
+                refuse(fd, error, log: "refused a connection from \(who): max_connections (\(maxConnections)) reached")
+            } else {
+                Syscall.close(fd)
+            }
             return
         }
         log.debug("connection \(connection.id) from \(peer.map { "\($0)" } ?? "?") opened")
@@ -125,17 +161,16 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         connection.start()
     }
 
-    /// Past `max_connections`: one `overloaded` error, then close. The socket is new, so the line
-    /// fits its send buffer; the write side is shut first so the error is followed by a clean FIN.
-    private func refuse(_ fd: Int32, peer: SocketAddress?) {
+    /// One error line, then close: past `max_connections`, or refused by protected mode. The socket
+    /// is new, so the line fits its send buffer; the write side is shut first so the error is
+    /// followed by a clean FIN.
+    private func refuse(_ fd: Int32, _ error: RPCError, log message: String) {
         var line: [UInt8] = []
-        RequestCodec.encodeError(
-            id: "", .overloaded("rpcd serves at most \(maxConnections) connection\(maxConnections == 1 ? "" : "s") at once; try again later"),
-            form: .canonical, into: &line)
+        RequestCodec.encodeError(id: "", error, form: .canonical, into: &line)
         _ = try? line.withUnsafeBytes { try Syscall.send(fd, $0) }
         try? Syscall.shutdown(fd, how: Int32(SHUT_WR))
         Syscall.close(fd)
-        log.warning("refused a connection from \(peer.map { "\($0)" } ?? "?"): max_connections (\(maxConnections)) reached")
+        log.warning(key: "refused-\(error.code)", message)
     }
 
     private func loopState(_ connection: Connection) -> LoopState {
@@ -226,6 +261,19 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             return stopping && connections.isEmpty ? onIdleAfterStop : nil
         }
         idle?()
+    }
+
+    /// Closes the connections authenticated as any of `principals` (removed from the auth file).
+    func close(principals: Set<String>) {
+        guard !principals.isEmpty else { return }
+        let open = lock.withLock { Array(connections.values) }
+        for connection in open {
+            connection.queue.async { [log] in
+                guard let box = connection.context as? SessionBox, let name = box.session.principal, principals.contains(name) else { return }
+                log.info("connection \(connection.id): closing, principal \"\(name)\" was removed from the auth file")
+                connection.closeAfterFlush(.closedByServer("principal \"\(name)\" was removed"))
+            }
+        }
     }
 
     // MARK: - Shutdown

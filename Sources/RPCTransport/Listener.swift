@@ -5,10 +5,10 @@ import Glibc
 import Darwin
 #endif
 
-/// A listening TCP socket whose accepts run on a Dispatch read source.
+/// A listening TCP or Unix stream socket whose accepts run on a Dispatch read source.
 public final class Listener: @unchecked Sendable {
     // @unchecked: `source`, `spareFD` and `isClosed` are only touched on `queue`.
-    public let address: SocketAddress
+    public private(set) var address: SocketAddress
     private let fd: Int32
     private let queue: DispatchQueue
     private var source: (any DispatchSourceRead)?
@@ -19,34 +19,52 @@ public final class Listener: @unchecked Sendable {
     private var pausedSource: (any DispatchSourceRead)?
     /// Connections shed for want of fds (for the log).
     private var shed = 0
-    private let onAccept: @Sendable (Int32, SocketAddress?) -> Void
+    private let onAccept: @Sendable (_ fd: Int32, _ peer: SocketAddress?, _ listener: SocketAddress) -> Void
+    /// The socket file this listener created (Unix), removed on close if it is still ours.
+    private var ownedPath: (path: String, device: UInt64, inode: UInt64)?
     private let onError: @Sendable (String) -> Void
 
     /// Binds and listens on `address` (port 0 picks a free one; `address` then holds the real port).
+    /// A Unix socket gets file mode `unixMode`; a stale socket file at its path (nobody accepting)
+    /// is replaced, anything else there is an error.
     public convenience init(
-        binding address: SocketAddress, backlog: Int32 = 1024, queue: DispatchQueue,
-        onAccept: @escaping @Sendable (Int32, SocketAddress?) -> Void,
+        binding address: SocketAddress, backlog: Int32 = 1024, unixMode: mode_t = 0o660, queue: DispatchQueue,
+        onAccept: @escaping @Sendable (_ fd: Int32, _ peer: SocketAddress?, _ listener: SocketAddress) -> Void,
         onError: @escaping @Sendable (String) -> Void
     ) throws(Errno) {
+        if case .unix(let path) = address { try Self.removeStaleSocket(at: path) }
         let fd = try Syscall.socket(domain: address.family, type: Int32(SOCK_STREAM.rawValue))
+        var owned: (String, UInt64, UInt64)?
         do {
-            try Syscall.setOption(fd, level: SOL_SOCKET, name: SO_REUSEADDR, value: 1)
-            if case .ipv6 = address {
-                try Syscall.setOption(fd, level: Int32(IPPROTO_IPV6), name: IPV6_V6ONLY, value: 1)
+            switch address {
+            case .ipv4, .ipv6:
+                try Syscall.setOption(fd, level: SOL_SOCKET, name: SO_REUSEADDR, value: 1)
+                if case .ipv6 = address {
+                    try Syscall.setOption(fd, level: Int32(IPPROTO_IPV6), name: IPV6_V6ONLY, value: 1)
+                }
+                try Syscall.bind(fd, address)
+            case .unix(let path):
+                try Syscall.bind(fd, address)
+                _ = try Syscall.retrying("chmod(\(path))") { chmod(path, unixMode) }
+                var info = stat()
+                _ = try Syscall.retrying("stat(\(path))") { stat(path, &info) }
+                owned = (path, UInt64(info.st_dev), UInt64(info.st_ino))
             }
-            try Syscall.bind(fd, address)
             try Syscall.listen(fd, backlog: backlog)
         } catch {
             Syscall.close(fd)
+            if let owned { _ = unlink(owned.0) }
             throw Errno(error.code, call: "\(error.call) \(address)")
         }
         try self.init(listening: fd, queue: queue, onAccept: onAccept, onError: onError)
+        if case .unix(let path) = address { self.address = .unix(path) }
+        ownedPath = owned.map { (path: $0.0, device: $0.1, inode: $0.2) }
     }
 
     /// Adopts a socket that is already listening (e.g. inherited from systemd).
     public init(
         listening fd: Int32, queue: DispatchQueue,
-        onAccept: @escaping @Sendable (Int32, SocketAddress?) -> Void,
+        onAccept: @escaping @Sendable (_ fd: Int32, _ peer: SocketAddress?, _ listener: SocketAddress) -> Void,
         onError: @escaping @Sendable (String) -> Void
     ) throws(Errno) {
         try Syscall.setNonBlocking(fd)
@@ -67,6 +85,7 @@ public final class Listener: @unchecked Sendable {
             source.setCancelHandler { [self] in
                 Syscall.close(fd)
                 if spareFD >= 0 { Syscall.close(spareFD) }
+                removeOwnedPath()
             }
             self.source = source
             source.resume()
@@ -85,6 +104,7 @@ public final class Listener: @unchecked Sendable {
             } else {
                 Syscall.close(fd)
                 if spareFD >= 0 { Syscall.close(spareFD) }
+                removeOwnedPath()
             }
             source = nil
         }
@@ -96,7 +116,7 @@ public final class Listener: @unchecked Sendable {
         for _ in 0..<256 where !isClosed {
             do {
                 guard case .processed(let (client, peer)) = try Syscall.accept(fd) else { return }
-                onAccept(client, peer)
+                onAccept(client, peer, address)
             } catch let error where error.code == EMFILE || error.code == ENFILE {
                 guard shedOne(error) else {
                     pause()
@@ -138,6 +158,40 @@ public final class Listener: @unchecked Sendable {
         queue.asyncAfter(deadline: .now() + .milliseconds(100)) { [self] in
             pausedSource?.resume()
             pausedSource = nil
+        }
+    }
+
+    /// A socket file left by a daemon that is gone (connecting is refused) is removed; a live one
+    /// (another daemon listening) or a file that is not a socket is an error.
+    private static func removeStaleSocket(at path: String) throws(Errno) {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return }
+        guard info.st_mode & S_IFMT == S_IFSOCK else { throw Errno(EEXIST, call: "bind unix:\(path) (a file that is not a socket is there)") }
+        let probe = try Syscall.socket(domain: AF_UNIX, type: Int32(SOCK_STREAM.rawValue))
+        defer { Syscall.close(probe) }
+        let attempt: Result<IOResult<Int32>, Errno>
+        do {
+            attempt = .success(try Syscall.connect(probe, .unix(path)))
+        } catch {
+            attempt = .failure(error)
+        }
+        switch attempt {
+        case .success:
+            throw Errno(EADDRINUSE, call: "bind unix:\(path) (another process is accepting on it)")
+        case .failure(let error) where error.code == ECONNREFUSED || error.code == ENOENT:
+            _ = unlink(path)
+        case .failure(let error):
+            throw error
+        }
+    }
+
+    /// Removes the socket file this listener created, unless something else has replaced it since.
+    private func removeOwnedPath() {
+        guard let owned = ownedPath else { return }
+        ownedPath = nil
+        var info = stat()
+        if lstat(owned.path, &info) == 0, UInt64(info.st_dev) == owned.device, UInt64(info.st_ino) == owned.inode {
+            _ = unlink(owned.path)
         }
     }
 

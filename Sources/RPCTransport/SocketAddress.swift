@@ -4,19 +4,33 @@ import Glibc
 import Darwin
 #endif
 
-/// An IPv4 or IPv6 address with a port.
+/// An IPv4 or IPv6 address with a port, or a Unix stream socket's path.
 public enum SocketAddress: Sendable, CustomStringConvertible {
     case ipv4(sockaddr_in)
     case ipv6(sockaddr_in6)
+    /// A filesystem path (`unix:/run/rpcd/rpcd.sock`).
+    case unix(String)
+
+    /// The longest Unix socket path (`sun_path` less its NUL).
+    public static var maxUnixPathBytes: Int { MemoryLayout.size(ofValue: sockaddr_un().sun_path) - 1 }
 
     /// The forms `init(parsing:)` accepts, for messages that reject another.
     public static let acceptedForms =
         "HOST:PORT where HOST is an IPv4 address (127.0.0.1), an [IPv6] address ([::1]), localhost, "
-        + "or * or nothing (*:7878, :7878) for every IPv4 interface; PORT is 0-65535 (0 picks a free one)"
+        + "or * or nothing (*:7878, :7878) for every IPv4 interface; PORT is 0-65535 (0 picks a free one); "
+        + "or unix:PATH for a Unix socket (unix:/run/rpcd/rpcd.sock)"
 
     /// Parses `HOST:PORT`, where HOST is an IPv4 literal, `[IPv6]` literal, `localhost`, or `*` or
     /// empty (all IPv4 interfaces). Returns nil with no guessing: names other than localhost are not resolved.
     public init?(parsing text: String) {
+        if text.hasPrefix("unix:") {
+            let path = String(text.dropFirst(5))
+            guard path.hasPrefix("/") || path.hasPrefix("."), path.utf8.count <= Self.maxUnixPathBytes, !path.utf8.contains(0) else {
+                return nil
+            }
+            self = .unix(path)
+            return
+        }
         guard let colon = text.lastIndex(of: ":") else { return nil }
         var host = String(text[..<colon])
         guard let port = UInt16(text[text.index(after: colon)...]) else { return nil }
@@ -45,6 +59,12 @@ public enum SocketAddress: Sendable, CustomStringConvertible {
             self = withUnsafeBytes(of: &storage) { .ipv4($0.load(as: sockaddr_in.self)) }
         case AF_INET6:
             self = withUnsafeBytes(of: &storage) { .ipv6($0.load(as: sockaddr_in6.self)) }
+        case AF_UNIX:
+            let path = withUnsafeBytes(of: &storage) { raw -> String in
+                let address = raw.load(as: sockaddr_un.self)
+                return withUnsafeBytes(of: address.sun_path) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            }
+            self = .unix(path)
         default:
             return nil
         }
@@ -54,6 +74,7 @@ public enum SocketAddress: Sendable, CustomStringConvertible {
         switch self {
         case .ipv4: return AF_INET
         case .ipv6: return AF_INET6
+        case .unix: return AF_UNIX
         }
     }
 
@@ -61,6 +82,7 @@ public enum SocketAddress: Sendable, CustomStringConvertible {
         switch self {
         case .ipv4(let address): return UInt16(bigEndian: address.sin_port)
         case .ipv6(let address): return UInt16(bigEndian: address.sin6_port)
+        case .unix: return 0
         }
     }
 
@@ -71,6 +93,8 @@ public enum SocketAddress: Sendable, CustomStringConvertible {
             return UInt32(bigEndian: address.sin_addr.s_addr) >> 24 == 127
         case .ipv6:
             return host == "::1" || host.hasPrefix("::ffff:127.")
+        case .unix:
+            return true  // only this machine, and its file mode says who
         }
     }
 
@@ -85,6 +109,8 @@ public enum SocketAddress: Sendable, CustomStringConvertible {
             _ = inet_ntop(AF_INET, &address.sin_addr, &buffer, socklen_t(buffer.count))
         case .ipv6(var address):
             _ = inet_ntop(AF_INET6, &address.sin6_addr, &buffer, socklen_t(buffer.count))
+        case .unix(let path):
+            return path
         }
         return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
@@ -94,6 +120,7 @@ public enum SocketAddress: Sendable, CustomStringConvertible {
         switch self {
         case .ipv4: return "\(host):\(port)"
         case .ipv6: return "[\(host)]:\(port)"
+        case .unix(let path): return "unix:\(path)"
         }
     }
 
@@ -109,6 +136,20 @@ public enum SocketAddress: Sendable, CustomStringConvertible {
             return try withUnsafePointer(to: &address) { pointer throws(Errno) in
                 try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sockaddr throws(Errno) in
                     try body(sockaddr, socklen_t(MemoryLayout<sockaddr_in6>.size))
+                }
+            }
+        case .unix(let path):
+            var address = sockaddr_un()
+            address.sun_family = sa_family_t(AF_UNIX)
+            let bytes = Array(path.utf8)
+            guard bytes.count <= Self.maxUnixPathBytes else { throw Errno(ENAMETOOLONG, call: "unix socket \(path)") }
+            withUnsafeMutableBytes(of: &address.sun_path) { raw in
+                for (index, byte) in bytes.enumerated() { raw[index] = byte }
+            }
+            let length = socklen_t((MemoryLayout<sockaddr_un>.offset(of: \sockaddr_un.sun_path) ?? 2) + bytes.count + 1)
+            return try withUnsafePointer(to: &address) { pointer throws(Errno) in
+                try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sockaddr throws(Errno) in
+                    try body(sockaddr, length)
                 }
             }
         }

@@ -46,3 +46,28 @@ extension Syscall {
         return value
     }
 }
+
+/// Who is at the other end of a Unix stream socket, as the kernel vouches (`SO_PEERCRED`).
+public struct PeerCredentials: Sendable, Equatable {
+    public var pid: Int32
+    public var uid: UInt32
+    public var gid: UInt32
+    public init(pid: Int32, uid: UInt32, gid: UInt32) {
+        self.pid = pid
+        self.uid = uid
+        self.gid = gid
+    }
+}
+
+#if os(Linux)
+extension Syscall {
+    /// The peer's pid, uid and gid at connect time (`getsockopt(SO_PEERCRED)`; `struct ucred`'s
+    /// layout, which Swift's Glibc module does not export).
+    public static func peerCredentials(_ fd: Int32) throws(Errno) -> PeerCredentials {
+        var credentials = PeerCredentials(pid: 0, uid: UInt32.max, gid: UInt32.max)
+        var length = socklen_t(MemoryLayout<PeerCredentials>.size)
+        _ = try retrying("getsockopt(SO_PEERCRED)") { getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) }
+        return credentials
+    }
+}
+#endif
