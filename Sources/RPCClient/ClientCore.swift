@@ -50,6 +50,7 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
     private var outbox: [(ids: [String], bytes: [UInt8])] = []
     private var flushScheduled = false
     private var connectionCount: UInt64 = 0
+    private var authCount = 0
 
     init(address: SocketAddress, options: RPCClientOptions) throws(Errno) {
         self.address = address
@@ -118,11 +119,26 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         state = .connected(connection)
         // start() enqueues the registration; the flush below is enqueued after it.
         connection.start()
+        authenticate(on: connection)
         for chunk in outbox where chunk.ids.contains(where: { pending[ExactID($0)] != nil }) {
             connection.send(chunk.bytes)
         }
         outbox = []
         scheduleFlush()
+    }
+
+    /// Sends `system.auth` first on a new connection when the options carry credentials. Its
+    /// failure is not a call's: each call made meanwhile gets the daemon's `unauthorized` answer,
+    /// which says what to do.
+    private func authenticate(on connection: Connection) {
+        guard case .token(let name, let secret)? = options.credentials else { return }
+        authCount += 1
+        let id = "rpc.auth.\(authCount)"
+        var line: [UInt8] = []
+        let param = JSONValue.object(JSONObject([("name", .string(name)), ("token", .string(secret))]))
+        RequestCodec.encode(id: id, method: SystemAuth.method, param: param, form: .canonical, into: &line)
+        pending[ExactID(id)] = Pending(method: SystemAuth.method, complete: { _ in })
+        connection.send(line)
     }
 
     // MARK: - Calls

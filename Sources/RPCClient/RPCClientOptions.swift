@@ -62,6 +62,13 @@ public struct ReconnectPolicy: Sendable, Equatable {
     }
 }
 
+/// Who the client is to a daemon that asks (an auth file, a Unix socket without a role for this user).
+public enum RPCCredentials: Sendable, Equatable {
+    /// A principal's name and token (`rpcd auth add NAME ROLE` prints it): sent as `system.auth`
+    /// first on every connection, before any call, so calls never race it.
+    case token(name: String, secret: String)
+}
+
 /// How a client connects and calls.
 public struct RPCClientOptions: Sendable {
     /// Request ids (sequential by default).
@@ -76,6 +83,8 @@ public struct RPCClientOptions: Sendable {
     public var maxFrameBytes: Int
     /// Requests buffered while the daemon does not read, before the connection is given up.
     public var maxOutputBytes: Int
+    /// Sent on connect and after every reconnect; nil: none (a daemon without an auth file).
+    public var credentials: RPCCredentials?
 
     public init(
         idGenerator: RPCIDGenerator = .sequential(),
@@ -83,8 +92,10 @@ public struct RPCClientOptions: Sendable {
         connectTimeout: Duration = .seconds(10),
         reconnect: ReconnectPolicy? = nil,
         maxFrameBytes: Int = 64 << 20,
-        maxOutputBytes: Int = 64 << 20
+        maxOutputBytes: Int = 64 << 20,
+        credentials: RPCCredentials? = nil
     ) {
+        self.credentials = credentials
         self.idGenerator = idGenerator
         self.defaultTimeout = defaultTimeout
         self.connectTimeout = connectTimeout

@@ -9,17 +9,20 @@ import RPCTransport
 /// `…Result`, 1 for `error.error`, 2 for a usage error, a connection error or an expired timeout
 /// (with one line on stderr).
 enum CallCommand {
-    static let usage = "usage: rpcd call [--timeout S] HOST:PORT METHOD [PARAM-JSON | -]"
+    static let usage = "usage: rpcd call [--timeout S] [--auth NAME:TOKEN-FILE] ADDRESS METHOD [PARAM-JSON | -]"
 
     static let help = """
         \(usage)
 
         Sends one request to rpcd and prints the counter-request that answers it as one JSON line.
-          HOST:PORT     the daemon, e.g. 127.0.0.1:7878
+          ADDRESS       the daemon: HOST:PORT (127.0.0.1:7878) or unix:PATH (unix:/run/rpcd/rpcd.sock)
           METHOD        entity.method, e.g. user.getUser
           PARAM-JSON    the param object (default {}); - reads it from stdin
           --timeout S   seconds to wait for the connection and the reply together (default \(Int(defaultTimeout));
                         \(SettingRanges.describe(seconds: SettingRanges.callTimeout, zero: nil)))
+          --auth NAME:TOKEN-FILE
+                        authenticate as NAME with the token in TOKEN-FILE (never on the command line,
+                        where ps shows it); rpcd auth add NAME ROLE prints a token
         Exit status: 0 result, 1 error.error, 2 usage error, connection error or timeout.
 
         Example:
@@ -33,6 +36,7 @@ enum CallCommand {
         var method: RPCMethod
         var param: JSONValue
         var timeout: Double
+        var credentials: RPCCredentials?
     }
 
     @Sendable static func run(_ arguments: [String]) -> Int32 {
@@ -62,9 +66,19 @@ enum CallCommand {
     static func parse(_ arguments: [String], stdin: () -> Data) throws(UsageError) -> Invocation {
         var positional: [String] = []
         var timeout = defaultTimeout
+        var credentials: RPCCredentials?
         var rest = arguments[...]
         while let argument = rest.popFirst() {
-            if argument == "--timeout" || argument.hasPrefix("--timeout=") {
+            if argument == "--auth" || argument.hasPrefix("--auth=") {
+                let text: String
+                if argument == "--auth" {
+                    guard let next = rest.popFirst() else { throw UsageError("--auth needs NAME:TOKEN-FILE; \(usage)") }
+                    text = next
+                } else {
+                    text = String(argument.dropFirst("--auth=".count))
+                }
+                credentials = try readCredentials(text)
+            } else if argument == "--timeout" || argument.hasPrefix("--timeout=") {
                 let text: String
                 if argument == "--timeout" {
                     guard let next = rest.popFirst() else { throw UsageError("--timeout needs a number of seconds; \(usage)") }
@@ -87,7 +101,7 @@ enum CallCommand {
         }
         let address = positional[0]
         guard SocketAddress(parsing: address) != nil else {
-            throw UsageError("'\(address)' is not HOST:PORT with an IP address or localhost, e.g. 127.0.0.1:7878")
+            throw UsageError("'\(address)' is not an address: use \(SocketAddress.acceptedForms)")
         }
         guard let method = RPCMethod(parsing: positional[1]) else {
             throw UsageError("method '\(positional[1])' is not of the form entity.method, e.g. user.getUser")
@@ -108,7 +122,24 @@ enum CallCommand {
         } catch {
             throw UsageError("\(source) is not valid JSON (\(error)); give an object like '{\"userId\":\"u1\"}'")
         }
-        return Invocation(address: address, method: method, param: param, timeout: timeout)
+        return Invocation(address: address, method: method, param: param, timeout: timeout, credentials: credentials)
+    }
+
+    /// `NAME:TOKEN-FILE` -> the name and the file's token (surrounding whitespace dropped).
+    static func readCredentials(_ text: String) throws(UsageError) -> RPCCredentials {
+        guard let colon = text.firstIndex(of: ":"), colon != text.startIndex, text.index(after: colon) != text.endIndex else {
+            throw UsageError("--auth '\(text)' is not NAME:TOKEN-FILE, e.g. --auth app:/etc/rpcd/app.token")
+        }
+        let name = String(text[..<colon])
+        let path = String(text[text.index(after: colon)...])
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw UsageError("--auth: cannot read the token file \(path); give a readable file holding the token rpcd auth add printed")
+        }
+        let token = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !token.isEmpty, !token.contains(where: \.isNewline) else {
+            throw UsageError("--auth: \(path) must hold one token on one line")
+        }
+        return .token(name: name, secret: token)
     }
 
     /// Connects and calls within one deadline.
@@ -117,7 +148,7 @@ enum CallCommand {
         let timeout = Duration.nanoseconds(Int64(invocation.timeout * 1e9))
         let deadline = ContinuousClock.now + timeout
         do {
-            let options = RPCClientOptions(defaultTimeout: timeout, connectTimeout: timeout)
+            let options = RPCClientOptions(defaultTimeout: timeout, connectTimeout: timeout, credentials: invocation.credentials)
             let client = try await RPCClient.connect(to: invocation.address, options: options)
             defer { client.close() }
             let remaining = max(deadline - ContinuousClock.now, .milliseconds(1))
