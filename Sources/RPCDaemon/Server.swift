@@ -288,6 +288,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             return (self.listeners, Array(connections.values))
         }
         for listener in listeners { listener.close() }
+        acceptQueue.sync {}  // the closes ran: no socket file outlives a quick exit
         for state in loopStates { state.stopIdleSweep() }
         if open.isEmpty { once.run() }
         for connection in open { connection.finish() }

@@ -99,6 +99,8 @@ public final class Listener: @unchecked Sendable {
         queue.async { [self] in
             guard !isClosed else { return }
             isClosed = true
+            // Now, not in the cancel handler: a daemon that exits right after must leave no socket file.
+            removeOwnedPath()
             if let source {
                 source.cancel()
             } else {
