@@ -116,7 +116,9 @@ public enum RequestCodec {
     private static func seedMethod(_ seed: JSONObject) -> RPCMethod? {
         guard seed.count == 1, let (entity, inner) = seed.pairs.first.map({ ($0.key, $0.value) }),
             case .object(let payload) = inner, payload.count == 1, case .string(let name)? = payload["_0"],
-            !entity.isEmpty, !name.isEmpty
+            !entity.isEmpty, !name.isEmpty,
+            // Exactly one canonical spelling, `entity.method`: neither part may hold a dot.
+            !entity.utf8.contains(UInt8(ascii: ".")), !name.utf8.contains(UInt8(ascii: "."))
         else { return nil }
         return RPCMethod(entity, name)
     }

@@ -144,3 +144,18 @@ private func encoded(_ body: (inout [UInt8]) -> Void) -> String {
         ])
     }
 }
+
+@Suite struct SeedMethodSpellingTests {
+    @Test("a seed-form method whose entity or name holds a dot is invalid (it has no canonical spelling)")
+    func dotsInSeedNames() {
+        for line in [#"{"id":"1","method":{"user.x":{"_0":"getUser"}}}"#, #"{"id":"1","method":{"user":{"_0":"get.User"}}}"#] {
+            let bytes = Array(line.utf8)
+            let decoded = bytes.withUnsafeBytes { RequestCodec.decode($0) }
+            guard case .invalid(let id, let error, _) = decoded else {
+                Issue.record("decoded \(line) as \(decoded)")
+                continue
+            }
+            #expect(id == "1" && error.code == .invalidRequest)
+        }
+    }
+}
