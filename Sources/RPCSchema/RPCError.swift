@@ -27,6 +27,8 @@ public struct RPCErrorCode: RawRepresentable, Hashable, Sendable, Codable, Custo
     public static let unauthorized = RPCErrorCode("unauthorized")
     /// The connection's role does not allow the method.
     public static let forbidden = RPCErrorCode("forbidden")
+    /// An idempotency key came back with another method or param than the first time.
+    public static let keyReused = RPCErrorCode("keyReused")
     /// One reply would pass the connection's output cap (`max_output_bytes`); ask for less (page lists).
     public static let replyTooLarge = RPCErrorCode("replyTooLarge")
     /// The daemon failed; the message says why.
@@ -34,7 +36,7 @@ public struct RPCErrorCode: RawRepresentable, Hashable, Sendable, Codable, Custo
 
     public static let all: [RPCErrorCode] = [
         .parseError, .invalidRequest, .methodNotFound, .invalidParams, .notFound, .conflict,
-        .frameTooLarge, .overloaded, .replyTooLarge, .unauthorized, .forbidden, .internal,
+        .frameTooLarge, .overloaded, .replyTooLarge, .unauthorized, .forbidden, .keyReused, .internal,
     ]
 
     public var description: String { rawValue }
@@ -71,5 +73,6 @@ public struct RPCError: Error, Hashable, Sendable, Codable, CustomStringConverti
     public static func replyTooLarge(_ message: String) -> RPCError { RPCError(.replyTooLarge, message) }
     public static func unauthorized(_ message: String) -> RPCError { RPCError(.unauthorized, message) }
     public static func forbidden(_ message: String) -> RPCError { RPCError(.forbidden, message) }
+    public static func keyReused(_ message: String) -> RPCError { RPCError(.keyReused, message) }
     public static func `internal`(_ message: String) -> RPCError { RPCError(.internal, message) }
 }

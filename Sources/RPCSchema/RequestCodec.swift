@@ -14,12 +14,19 @@ public struct Request: Sendable, Equatable {
     public var method: RPCMethod
     public var param: JSONValue?
     public var form: WireForm
+    /// The idempotency key of a mutation (`"key"` beside id, method and param): the same key with
+    /// the same method and param has its effect once and gets the first outcome again.
+    public var key: String?
 
-    public init(id: String, method: RPCMethod, param: JSONValue?, form: WireForm = .canonical) {
+    /// The longest key, in UTF-8 bytes.
+    public static let maxKeyBytes = 128
+
+    public init(id: String, method: RPCMethod, param: JSONValue?, form: WireForm = .canonical, key: String? = nil) {
         self.id = id
         self.method = method
         self.param = param
         self.form = form
+        self.key = key
     }
 }
 
@@ -36,7 +43,7 @@ public enum DecodedLine: Sendable {
 /// Decodes and encodes the envelope: the one place that knows both wire forms (sourcekit-lsp `MessageCoding`).
 public enum RequestCodec {
     /// The top-level keys of a request, in the order lines are written.
-    public static let envelopeKeys = ["id", "method", "param"]
+    public static let envelopeKeys = ["id", "method", "param", "key"]
 
     /// Top-level keys beside the envelope that journal and snapshot lines carry (`seq`, the
     /// record's sequence number; `crc`, its checksum, always last) and that the decoder accepts
@@ -92,8 +99,19 @@ public enum RequestCodec {
             }
             param = inner
         }
-        let request = Request(id: id ?? "", method: name, param: param, form: form)
+        var request = Request(id: id ?? "", method: name, param: param, form: form)
         if name.isCounterRequest { return .counterRequest(request) }
+        switch object["key"] {
+        case nil, .null?:
+            break
+        case .string(let key)? where !key.isEmpty && key.utf8.count <= Request.maxKeyBytes:
+            request.key = key
+        default:
+            return .invalid(
+                id: id ?? "",
+                error: .invalidRequest("\"key\" must be a string of 1 to \(Request.maxKeyBytes) bytes, unique per mutation you want applied once"),
+                form: form)
+        }
         if let unknown = object.keys.first(where: { !isEnvelopeKey($0) }) {
             let hint = Suggestion.hint(for: unknown, among: envelopeKeys)
             let known = envelopeKeys.map { "\"\($0)\"" }.joined(separator: ", ")
@@ -197,6 +215,11 @@ public enum RequestCodec {
 
     public static func encode(_ request: Request, into out: inout [UInt8]) {
         encode(id: request.id, method: request.method, param: request.param, form: request.form, into: &out)
+        guard let key = request.key else { return }
+        out.removeLast(2)  // "}\n"
+        out.append(contentsOf: #","key":"#.utf8)
+        JSONWriter.writeString(key, into: &out)
+        out.append(contentsOf: "}\n".utf8)
     }
 
     /// Appends an `error.error` counter-request.
