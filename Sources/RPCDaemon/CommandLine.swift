@@ -20,6 +20,9 @@ public struct ServeOptions: Equatable, Sendable {
     public var maxOutputBytes = 8 << 20
     /// Unfinished request lines all peers together may hold; past it the largest holders are dropped.
     public var maxInputBytes = 256 << 20
+    /// Keyed mutations whose outcome is remembered for retries, and for how long (seconds).
+    public var idempotencyKeys = 1_000_000
+    public var idempotencyWindow: Double = 86_400
     public var fsync: FsyncPolicy = .always
     /// Connections served at once; past it a new one gets one `overloaded` error. 0 = no limit.
     public var maxConnections = 10_000
@@ -89,6 +92,10 @@ public enum CommandLineParser {
           --max-input-bytes N      unfinished request lines all peers together may hold; past it the
                                    peers holding the most are dropped (default 268435456;
                                    \(SettingRanges.describe(bytes: SettingRanges.maxInputBytes)))
+          --idempotency-keys N     outcomes of keyed mutations remembered for retries, oldest forgotten first
+                                   (default 1000000; \(SettingRanges.describe(count: SettingRanges.idempotencyKeys, zero: "remember none")))
+          --idempotency-window D   how long a key is remembered (default 24h;
+                                   \(SettingRanges.describe(seconds: SettingRanges.idempotencyWindow, zero: nil)))
           --max-connections N      connections served at once; more get an `overloaded` error (default 10000;
                                    \(SettingRanges.describe(count: SettingRanges.maxConnections, zero: "no limit")))
           --idle-timeout SECONDS   close a connection with no I/O and no reply owed for that long (default 300;
@@ -166,6 +173,14 @@ public enum CommandLineParser {
                     throw UsageError("--fsync '\(text)' is not one of always, everysec, none")
                 }
                 options.fsync = policy
+            case "--idempotency-keys":
+                options.idempotencyKeys = try checked(flag, try value()) {
+                    ConfigValue.count($0, in: SettingRanges.idempotencyKeys, zero: "remember none")
+                }
+            case "--idempotency-window":
+                options.idempotencyWindow = try checked(flag, try value()) {
+                    ConfigValue.seconds($0, in: SettingRanges.idempotencyWindow, zero: nil)
+                }
             case "--max-input-bytes":
                 options.maxInputBytes = try checked(flag, try value()) { ConfigValue.bytes($0, in: SettingRanges.maxInputBytes) }
             case "--compact-after-bytes":
@@ -184,6 +199,7 @@ public enum CommandLineParser {
         "--max-frame-bytes": "max_frame_bytes", "--max-output-bytes": "max_output_bytes",
         "--max-connections": "max_connections", "--idle-timeout": "idle_timeout",
         "--max-input-bytes": "max_input_bytes", "--compact-after-bytes": "compact_after_bytes",
+        "--idempotency-keys": "idempotency_keys", "--idempotency-window": "idempotency_window",
     ]
 
     /// `text` parsed and range-checked by `parse`, or a usage error naming the flag, the value and the range.

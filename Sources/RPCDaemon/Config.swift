@@ -12,7 +12,7 @@ public enum Config {
     /// The keys a file may set, in the order `check-config` prints them.
     public static let keys = [
         "listen", "data_dir", "fsync", "compact_after_bytes", "max_frame_bytes", "max_output_bytes", "max_input_bytes",
-        "max_connections", "idle_timeout", "log_level",
+        "max_connections", "idle_timeout", "idempotency_keys", "idempotency_window", "log_level",
     ]
     /// Keys that may appear more than once (each adds a value).
     static let repeatable: Set<String> = ["listen"]
@@ -107,6 +107,16 @@ public enum Config {
             case .success(let bytes): options.maxInputBytes = bytes
             case .failure(let problem): return "max_input_bytes \"\(value)\" \(problem.reason)"
             }
+        case "idempotency_keys":
+            switch ConfigValue.count(value, in: SettingRanges.idempotencyKeys, zero: "remember none") {
+            case .success(let n): options.idempotencyKeys = n
+            case .failure(let problem): return "idempotency_keys \"\(value)\" \(problem.reason)"
+            }
+        case "idempotency_window":
+            switch ConfigValue.seconds(value, in: SettingRanges.idempotencyWindow, zero: nil) {
+            case .success(let seconds): options.idempotencyWindow = seconds
+            case .failure(let problem): return "idempotency_window \"\(value)\" \(problem.reason)"
+            }
         case "compact_after_bytes":
             switch ConfigValue.bytes(value, in: SettingRanges.compactAfterBytes) {
             case .success(let bytes): options.compactAfterBytes = bytes
@@ -142,6 +152,8 @@ public enum Config {
             case "max_output_bytes": options.maxOutputBytes = flags.maxOutputBytes
             case "max_input_bytes": options.maxInputBytes = flags.maxInputBytes
             case "compact_after_bytes": options.compactAfterBytes = flags.compactAfterBytes
+            case "idempotency_keys": options.idempotencyKeys = flags.idempotencyKeys
+            case "idempotency_window": options.idempotencyWindow = flags.idempotencyWindow
             case "max_connections": options.maxConnections = flags.maxConnections
             case "idle_timeout": options.idleTimeout = flags.idleTimeout
             case "log_level": options.logLevel = flags.logLevel
@@ -161,6 +173,8 @@ public enum Config {
         lines.append("compact_after_bytes = \(options.compactAfterBytes)")
         lines.append("max_output_bytes = \(options.maxOutputBytes)")
         lines.append("max_input_bytes = \(options.maxInputBytes)")
+        lines.append("idempotency_keys = \(options.idempotencyKeys)")
+        lines.append("idempotency_window = \(ConfigValue.render(seconds: options.idempotencyWindow))")
         lines.append("max_connections = \(options.maxConnections)")
         lines.append("idle_timeout = \(ConfigValue.render(seconds: options.idleTimeout))")
         lines.append("log_level = \(options.logLevel)")

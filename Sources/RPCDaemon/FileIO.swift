@@ -12,6 +12,8 @@ import Glibc
 /// - `RPCD_TEST_FAIL_FSYNC_AFTER=N`: fsyncs after the first N fail with EIO.
 /// - `RPCD_TEST_FAIL_WRITE_AFTER=N`: file writes after the first N fail with ENOSPC.
 /// - `RPCD_TEST_CRASH_AT=POINT`: `_exit(99)` when the daemon reaches the named point (see `crashPoint`).
+/// - `RPCD_TEST_FSYNC_DELAY_MS=N`: every fsync of the journal writer first sleeps N ms (0-10000), so a
+///   test can act while a mutation waits for its fsync.
 enum FileIO {
     static func open(_ path: String, _ flags: Int32, mode: mode_t = 0o644) throws(Errno) -> Int32 {
         try retrying("open(\(path))") { Glibc.open(path, flags | O_CLOEXEC, mode) }
@@ -39,6 +41,7 @@ enum FileIO {
     /// fsync, or fdatasync when only the data and size must be durable.
     static func sync(_ fd: Int32, path: String, dataOnly: Bool = false) throws(Errno) {
         if Faults.shared.fsyncFails() { throw Errno(EIO, call: "fsync(\(path)) [test fault]") }
+        if Faults.shared.fsyncDelayMicroseconds > 0 { usleep(Faults.shared.fsyncDelayMicroseconds) }
         _ = try retrying("fsync(\(path))") { dataOnly ? Glibc.fdatasync(fd) : Glibc.fsync(fd) }
     }
 
@@ -135,6 +138,8 @@ final class Faults: @unchecked Sendable {
     static let shared = Faults(environment: ProcessInfo.processInfo.environment)
 
     let crashAt: String?
+    /// Microseconds each fsync sleeps first (0: none).
+    let fsyncDelayMicroseconds: UInt32
     private let fsyncLimit: Int?
     private let writeLimit: Int?
     private let lock = NSLock()
@@ -143,6 +148,7 @@ final class Faults: @unchecked Sendable {
 
     init(environment: [String: String]) {
         crashAt = environment["RPCD_TEST_CRASH_AT"]
+        fsyncDelayMicroseconds = environment["RPCD_TEST_FSYNC_DELAY_MS"].flatMap { UInt32($0) }.map { min($0, 10_000) * 1000 } ?? 0
         fsyncLimit = environment["RPCD_TEST_FAIL_FSYNC_AFTER"].flatMap { Int($0) }
         writeLimit = environment["RPCD_TEST_FAIL_WRITE_AFTER"].flatMap { Int($0) }
     }

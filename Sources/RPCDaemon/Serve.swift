@@ -46,6 +46,9 @@ extension Daemon {
             log.debug("counter-request \(request.method) id \(request.id) received; not answered")
         })
         journal.attach(dispatcher)
+        dispatcher.withState {
+            $0.keys.setBounds(limit: options.idempotencyKeys, windowSeconds: options.idempotencyWindow, now: DispatchTime.now().uptimeNanoseconds)
+        }
 
         // Listeners.
         let server: Server

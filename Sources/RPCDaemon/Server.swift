@@ -312,7 +312,9 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             let connections = lock.withLock {
                 ConnectionStats(current: self.connections.count, total: totalConnections, refused: refusedConnections, idleClosed: 0)
             }
-            done(StatsReport.stats(snapshot, connections: connections, uptime: uptime, journal: journalStats?() ?? JournalStats()))
+            var result = StatsReport.stats(snapshot, connections: connections, uptime: uptime, journal: journalStats?() ?? JournalStats())
+            result.idempotency = dispatcher.withState { KeyStats(keys: $0.keys.count, hits: $0.keys.hits, evictions: $0.keys.evictions) }
+            done(result)
         }
     }
 }

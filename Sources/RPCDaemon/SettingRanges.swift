@@ -8,6 +8,10 @@ enum SettingRanges {
     static let maxOutputBytes = (1 << 10)...(1 << 30)
     /// Unfinished request lines all peers together may hold (at least one maximal line per loop).
     static let maxInputBytes = (1 << 20)...(1 << 40)
+    /// Idempotency keys remembered (0: keys are accepted but not remembered).
+    static let idempotencyKeys = 0...100_000_000
+    /// Seconds an idempotency key is remembered.
+    static let idempotencyWindow = 1.0...(30 * 86_400.0)
     /// 0 means no limit.
     static let maxConnections = 0...1_000_000
     /// Journal size that starts a compaction (small values are for tests that compact often).

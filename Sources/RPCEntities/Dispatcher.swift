@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 import RPCSchema
 
@@ -115,12 +116,55 @@ public final class Dispatcher: @unchecked Sendable {
             RequestCodec.encodeError(id: request.id, error, form: form, into: &out)
             return Served(disposition: .reply, failed: true, known: true)
         }
+        if entry.isMutation, let key = request.key {
+            return serveKeyed(request, key: ExactID(key), prepared: prepared, result: entry.result, form: form, into: &out)
+        }
         var ticket: UInt64?
         let error = RequestCodec.encode(id: request.id, method: entry.result, form: form, into: &out) { out in
             let (error, applied) = run(prepared, request: request, isMutation: entry.isMutation, into: &out)
             ticket = applied
             return error
         }
+        let disposition: Disposition = ticket.map { .replyAfter(ticket: $0, id: request.id) } ?? .reply
+        return Served(disposition: disposition, failed: error != nil, known: true)
+    }
+
+    /// A mutation with an idempotency key: the first time it runs and its outcome is remembered
+    /// (journaled with it when applied); a retry gets that outcome, once it is as durable as the
+    /// first reply; the same key with another method or param is `keyReused`.
+    private func serveKeyed(
+        _ request: Request, key: ExactID, prepared: MethodTable<Entities>.Prepared, result: RPCMethod, form: WireForm,
+        into out: inout [UInt8]
+    ) -> Served {
+        let digest = IdempotencyKeys.digest(method: request.method, param: request.param)
+        let now = DispatchTime.now().uptimeNanoseconds
+        var ticket: UInt64?
+        var replayed: IdempotencyKeys.Outcome?
+        let error = RequestCodec.encode(id: request.id, method: result, form: form, into: &out) { out in
+            lock.lock()
+            defer { lock.unlock() }
+            if let prior = state.keys.lookup(key, now: now) {
+                guard prior.method == request.method, prior.digest == digest else {
+                    return .keyReused("key \"\(key.string.prefix(128))\" was first used for \(prior.method) with another param; use a new key for a new mutation")
+                }
+                replayed = prior
+                if let error = prior.error { return error }
+                out.append(contentsOf: prior.reply ?? [])
+                return nil
+            }
+            if let log, let reason = log.refusal() { return .internal("mutations are refused: \(reason)") }
+            let start = out.count
+            if let error = prepared(&state, &out) {
+                state.keys.remember(key, .init(method: request.method, digest: digest, reply: nil, error: error, seq: 0), now: now)
+                return error
+            }
+            let seq = log?.record(request.canonical)
+            ticket = seq
+            state.keys.remember(
+                key, .init(method: request.method, digest: digest, reply: Array(out[start...]), error: nil, seq: seq ?? 0), now: now)
+            return nil
+        }
+        if let prior = replayed, prior.error == nil, prior.seq > 0 { ticket = prior.seq }
         let disposition: Disposition = ticket.map { .replyAfter(ticket: $0, id: request.id) } ?? .reply
         return Served(disposition: disposition, failed: error != nil, known: true)
     }

@@ -7,6 +7,8 @@ import RPCSchema
 public struct Entities: Sendable {
     public var users = Records<User>()
     public var buildings = Records<Building>()
+    /// Outcomes of keyed mutations, for retries (exactly once).
+    public var keys = IdempotencyKeys()
 
     public init() {}
 

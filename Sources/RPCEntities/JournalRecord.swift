@@ -21,6 +21,10 @@ public enum JournalRecord {
         let start = out.count
         RequestCodec.encode(id: request.id, method: request.method, param: request.param, form: .canonical, into: &out)
         out.removeLast(2)  // "}\n"
+        if let key = request.key {
+            out.append(contentsOf: #","key":"#.utf8)
+            JSONWriter.writeString(key, into: &out)
+        }
         out.append(contentsOf: #","seq":"#.utf8)
         appendDecimal(seq, into: &out)
         appendSeal(lineStart: start, into: &out)
@@ -33,7 +37,7 @@ public enum JournalRecord {
             guard let method = RPCMethod(parsing: fields.method), !method.isCounterRequest else {
                 return .failure(JournalLineError("\"\(fields.method)\" is not a method of the form entity.method"))
             }
-            return .success((Request(id: fields.id, method: method, param: fields.param), fields.seq))
+            return .success((Request(id: fields.id, method: method, param: fields.param, key: fields.key), fields.seq))
         }
     }
 
@@ -43,6 +47,8 @@ public enum JournalRecord {
         var method: String
         var param: JSONValue?
         var seq: UInt64?
+        /// The idempotency key of a keyed mutation.
+        var key: String?
         /// The line ends with a checksum (that matched); false for lines written before checksums.
         var sealed: Bool
     }
@@ -76,12 +82,20 @@ public enum JournalRecord {
             guard seal == .valid else { return .failure(JournalLineError(misplacedChecksum)) }
             known += 1
         }
+        var key: String?
+        if let raw = object["key"] {
+            guard case .string(let text) = raw, !text.isEmpty, text.utf8.count <= Request.maxKeyBytes else {
+                return .failure(JournalLineError("\"key\" is not a string of 1 to \(Request.maxKeyBytes) bytes"))
+            }
+            key = text
+            known += 1
+        }
         let param = object["param"].flatMap { $0 == .null ? nil : $0 }
         if object["param"] != nil { known += 1 }
         if object.count > known, let unknown = unknownKey(object) {
             return .failure(JournalLineError("unknown key \"\(unknown)\"; a record holds only \(recordKeys)"))
         }
-        return .success(Fields(id: id, method: method, param: param, seq: seq, sealed: seal == .valid))
+        return .success(Fields(id: id, method: method, param: param, seq: seq, key: key, sealed: seal == .valid))
     }
 
     /// The top-level keys a record may hold, for messages.

@@ -1,3 +1,4 @@
+import Dispatch
 import RPCSchema
 
 /// Rebuilds the entity state from a snapshot and journal files, one line at a time, through the
@@ -106,7 +107,7 @@ public struct JournalReplay {
                 if firstRecord { return failure(.missingSnapshot, missingBefore(seq)) }
                 return failure(.sequence, "sequence number \(seq) follows \(lastSeq), the last record before this file: \(Self.missing(lastSeq + 1, seq - 1))")
             }
-            if let reason = apply(fields) { return failure(.inconsistent, reason) }
+            if let reason = apply(fields, seq: seq) { return failure(.inconsistent, reason) }
             lastSeq = seq
             outcome.applied += 1
             return nil
@@ -139,11 +140,19 @@ public struct JournalReplay {
                 case .failure(let error): return damaged(Self.damage(error, line: line, file: bytes))
                 }
             }
+            if JournalSnapshot.isKeyLine(line) {
+                switch JournalSnapshot.parseKeyLine(line) {
+                case .failure(let error): return damaged(Self.damage(error, line: line, file: bytes))
+                case .success(let remembered):
+                    state.keys.remember(remembered.key, remembered.outcome, now: Self.now())
+                    return nil
+                }
+            }
             switch JournalRecord.fields(line) {
             case .failure(let error): return damaged(Self.damage(error, line: line, file: bytes))
             case .success(let fields):
                 if let reason = seals.check(sealed: fields.sealed, line: number, outcome: &outcome) { return damaged(reason) }
-                if let reason = apply(fields) {
+                if let reason = apply(fields, seq: 0) {
                     return Failure(line: number, offset: offset, reason: reason, kind: .inconsistent)
                 }
                 outcome.applied += 1
@@ -218,8 +227,12 @@ public struct JournalReplay {
         }
     }
 
-    /// Runs one mutation against the state; the reason it failed, or nil.
-    mutating func apply(_ fields: JournalRecord.Fields) -> String? {
+    /// Uptime now, the time replayed keys are remembered at (their window starts at the replay).
+    static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+
+    /// Runs one mutation against the state; the reason it failed, or nil. A keyed record also
+    /// remembers its outcome, as serving it did.
+    mutating func apply(_ fields: JournalRecord.Fields, seq: UInt64) -> String? {
         let entry: MethodTable<Entities>.Entry
         if let cached = entries[fields.method] {
             entry = cached
@@ -230,6 +243,19 @@ public struct JournalReplay {
             guard found.isMutation else { return "\(method) is not a mutation" }
             entries[fields.method] = found
             entry = found
+        }
+        if let key = fields.key {
+            switch entry.prepare(fields.param) {
+            case .failure(let error): return "\(entry.method) does not apply: \(error.errorMessage)"
+            case .success(let call):
+                var reply: [UInt8] = []
+                if let error = call(&state, &reply) { return "\(entry.method) does not apply: \(error.errorMessage)" }
+                let digest = IdempotencyKeys.digest(method: entry.method, param: fields.param)
+                state.keys.remember(
+                    ExactID(key), .init(method: entry.method, digest: digest, reply: reply, error: nil, seq: seq), now: Self.now())
+            }
+            applied += 1
+            return nil
         }
         switch entry.prepareSilent(fields.param) {
         case .failure(let error): return "\(entry.method) does not apply: \(error.errorMessage)"

@@ -81,6 +81,8 @@ public struct StatsResult: Codable, Hashable, Sendable {
     public var bytesIn: Int
     public var bytesOut: Int
     public var journal: JournalStats
+    /// Idempotency keys remembered, retries answered from them, keys forgotten (absent from older daemons).
+    public var idempotency: KeyStats?
 
     public init(
         uptimeSeconds: Double, connections: ConnectionStats, requests: Int, errors: Int, methods: [MethodStats],
@@ -120,6 +122,17 @@ public struct MethodStats: Codable, Hashable, Sendable {
         self.method = method
         self.requests = requests
         self.errors = errors
+    }
+}
+
+public struct KeyStats: Codable, Hashable, Sendable {
+    public var keys: Int
+    public var hits: Int
+    public var evictions: Int
+    public init(keys: Int, hits: Int, evictions: Int) {
+        self.keys = keys
+        self.hits = hits
+        self.evictions = evictions
     }
 }
 

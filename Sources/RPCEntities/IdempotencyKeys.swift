@@ -1,0 +1,142 @@
+import RPCSchema
+
+/// The outcomes of keyed mutations, so a retry with the same key gets the first outcome again
+/// instead of running twice. Part of the entity state: guarded by the dispatcher's lock, rebuilt
+/// by journal replay (keyed records carry their key) and written into snapshots.
+///
+/// Bounded: at most `limit` keys and none older than `window`; the oldest go first. Kept in 64
+/// shards, and the arrival order in chunks, so that after compaction takes a copy-on-write copy of
+/// the state, the next keyed mutation copies one shard and one chunk, not the whole table.
+public struct IdempotencyKeys: Sendable {
+    /// What a key remembers.
+    public struct Outcome: Sendable, Equatable {
+        public var method: RPCMethod
+        /// `digest(of:)` the first request's param: the same key with another param is `keyReused`.
+        public var digest: UInt64
+        /// The success reply's param as JSON text; nil when the first attempt failed.
+        public var reply: [UInt8]?
+        /// The first attempt's error (not journaled: an error had no effect, so after a restart the
+        /// mutation simply runs again).
+        public var error: RPCError?
+        /// The journal sequence number of the applied mutation (0: none); a retry is answered
+        /// once it is durable, like the first attempt.
+        public var seq: UInt64
+        /// Uptime in nanoseconds when remembered (replay stamps the replay time).
+        var at: UInt64 = 0
+
+        public init(method: RPCMethod, digest: UInt64, reply: [UInt8]?, error: RPCError?, seq: UInt64) {
+            self.method = method
+            self.digest = digest
+            self.reply = reply
+            self.error = error
+            self.seq = seq
+        }
+    }
+
+    private static var shardCount: Int { 64 }
+    private static var chunkSize: Int { 4096 }
+    private var shards = [[ExactID: Outcome]](repeating: [:], count: IdempotencyKeys.shardCount)
+    /// Keys in the order they were remembered, in chunks; `head` is the oldest's index in the first.
+    private var order: [[ExactID]] = []
+    private var head = 0
+    public private(set) var count = 0
+    /// Retries answered from the table, and keys forgotten by age or count.
+    public private(set) var hits = 0
+    public private(set) var evictions = 0
+
+    /// At most this many keys (0: keys are not remembered).
+    public var limit: Int
+    /// Nanoseconds a key is kept.
+    public var window: UInt64
+
+    public init(limit: Int = 1_000_000, windowSeconds: Double = 86_400) {
+        self.limit = max(0, limit)
+        self.window = windowSeconds * 1e9 < Double(UInt64.max / 2) ? UInt64(max(0, windowSeconds) * 1e9) : UInt64.max / 2
+    }
+
+    @inline(__always)
+    private static func shard(_ key: ExactID) -> Int { key.hashValue & (shardCount - 1) }
+
+    /// The outcome remembered for `key`, counting a hit.
+    public mutating func lookup(_ key: ExactID, now: UInt64) -> Outcome? {
+        evictExpired(now: now)
+        guard let outcome = shards[Self.shard(key)][key] else { return nil }
+        hits += 1
+        return outcome
+    }
+
+    /// Remembers `outcome` for `key` (a new key: callers look up first).
+    public mutating func remember(_ key: ExactID, _ outcome: Outcome, now: UInt64) {
+        guard limit > 0 else { return }
+        var outcome = outcome
+        outcome.at = now
+        if shards[Self.shard(key)].updateValue(outcome, forKey: key) == nil {
+            count += 1
+            if order.isEmpty || order[order.count - 1].count == Self.chunkSize {
+                order.append([])
+                order[order.count - 1].reserveCapacity(Self.chunkSize)
+            }
+            order[order.count - 1].append(key)
+        }
+        while count > limit { evictOldest() }
+    }
+
+    /// Sets the bounds (from the config) and forgets what is past them now.
+    public mutating func setBounds(limit: Int, windowSeconds: Double, now: UInt64) {
+        self = Self.bounded(self, limit: limit, windowSeconds: windowSeconds)
+        while count > self.limit { evictOldest() }
+        evictExpired(now: now)
+    }
+
+    private static func bounded(_ keys: IdempotencyKeys, limit: Int, windowSeconds: Double) -> IdempotencyKeys {
+        var copy = keys
+        let fresh = IdempotencyKeys(limit: limit, windowSeconds: windowSeconds)
+        copy.limit = fresh.limit
+        copy.window = fresh.window
+        return copy
+    }
+
+    /// Forgets keys older than the window.
+    public mutating func evictExpired(now: UInt64) {
+        while let oldest = oldestKey, let outcome = shards[Self.shard(oldest)][oldest], now &- outcome.at > window {
+            evictOldest()
+        }
+    }
+
+    private var oldestKey: ExactID? { order.first.flatMap { head < $0.count ? $0[head] : nil } }
+
+    private mutating func evictOldest() {
+        guard let oldest = oldestKey else { return }
+        if shards[Self.shard(oldest)].removeValue(forKey: oldest) != nil {
+            count -= 1
+            evictions += 1
+        }
+        head += 1
+        if head == order[0].count {
+            order.removeFirst()
+            head = 0
+        }
+    }
+
+    /// Every remembered success, oldest first (for snapshots; failures are not kept across restarts).
+    public func forEachApplied(_ body: (ExactID, Outcome) -> Void) {
+        for (index, chunk) in order.enumerated() {
+            for key in chunk[(index == 0 ? head : 0)...] {
+                if let outcome = shards[Self.shard(key)][key], outcome.reply != nil { body(key, outcome) }
+            }
+        }
+    }
+
+    /// FNV-1a over the method and the param's canonical JSON text: what makes a retry the same request.
+    public static func digest(method: RPCMethod, param: JSONValue?) -> UInt64 {
+        var bytes = Array(method.description.utf8)
+        bytes.append(0)
+        if let param { JSONWriter.write(param, into: &bytes) }
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in bytes {
+            hash ^= UInt64(byte)
+            hash = hash &* 0x0000_0100_0000_01b3
+        }
+        return hash
+    }
+}
