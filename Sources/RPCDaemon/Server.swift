@@ -98,9 +98,9 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         } else if !listener.address.isLoopback {
             let which = listener.address.isWildcard ? "every interface" : "a non-loopback address"
             if rules.protectedMode {
-                log.warning("listening on \(listener.address) (\(which)) without an auth_file: protected mode serves loopback peers only and refuses the rest; set auth_file to admit them with tokens")
+                log.warning("\(listener.address) is \(which) and there is no auth_file: protected mode serves loopback peers only and refuses the rest; set auth_file to admit them with tokens")
             } else {
-                log.warning("listening on \(listener.address) (\(which)) with protected_mode = no and no auth_file: anyone who can reach it can call every method, including mutations")
+                log.warning("\(listener.address) is \(which), with protected_mode = no and no auth_file: anyone who can reach it can call every method, including mutations")
             }
         }
         listener.start()
