@@ -23,6 +23,8 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     private var onIdleAfterStop: (@Sendable () -> Void)?
     private var totalConnections = 0
     private var refusedConnections = 0
+    /// Refused sockets waiting to be closed (on `acceptQueue` only).
+    private var lingering = 0
 
     /// 0 = no limit.
     let maxConnections: Int
@@ -163,14 +165,34 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
 
     /// One error line, then close: past `max_connections`, or refused by protected mode. The socket
     /// is new, so the line fits its send buffer; the write side is shut first so the error is
-    /// followed by a clean FIN.
+    /// followed by a clean FIN. The fd lingers a moment before it is closed: closing with the
+    /// peer's first request unread would reset the connection, and a reset can discard the error
+    /// before the peer reads it. At most `maxLingering` refused sockets linger; past that they close at once.
     private func refuse(_ fd: Int32, _ error: RPCError, log message: String) {
         var line: [UInt8] = []
         RequestCodec.encodeError(id: "", error, form: .canonical, into: &line)
         _ = try? line.withUnsafeBytes { try Syscall.send(fd, $0) }
         try? Syscall.shutdown(fd, how: Int32(SHUT_WR))
-        Syscall.close(fd)
         log.warning(key: "refused-\(error.code)", message)
+        dispatchPrecondition(condition: .onQueue(acceptQueue))
+        guard lingering < Self.maxLingering else { return Self.drainAndClose(fd) }
+        lingering += 1
+        acceptQueue.asyncAfter(deadline: .now() + .milliseconds(250)) { [self] in
+            lingering -= 1
+            Self.drainAndClose(fd)
+        }
+    }
+
+    static let maxLingering = 256
+
+    /// Reads what the peer sent (so the close is a FIN, not a reset), then closes.
+    private static func drainAndClose(_ fd: Int32) {
+        var scratch = [UInt8](repeating: 0, count: 4096)
+        for _ in 0..<16 {
+            let result = scratch.withUnsafeMutableBytes { try? Syscall.read(fd, into: $0) }
+            guard case .processed(let n)? = result, n > 0 else { break }
+        }
+        Syscall.close(fd)
     }
 
     private func loopState(_ connection: Connection) -> LoopState {
