@@ -127,16 +127,54 @@ public struct IdempotencyKeys: Sendable {
         }
     }
 
-    /// FNV-1a over the method and the param's canonical JSON text: what makes a retry the same request.
+    /// FNV-1a over the method and the param's structure (kinds, keys in order, exact UTF-8 bytes of
+    /// strings and number texts): what makes a retry the same request. Walks the parsed value, so it
+    /// costs no encoding or allocation.
     public static func digest(method: RPCMethod, param: JSONValue?) -> UInt64 {
-        var bytes = Array(method.description.utf8)
-        bytes.append(0)
-        if let param { JSONWriter.write(param, into: &bytes) }
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in bytes {
-            hash ^= UInt64(byte)
-            hash = hash &* 0x0000_0100_0000_01b3
+        var hash = Digest()
+        hash.add(method.entity)
+        hash.add(byte: 0)
+        hash.add(method.name)
+        if let param { hash.add(param) }
+        return hash.value
+    }
+
+    private struct Digest {
+        var value: UInt64 = 0xcbf2_9ce4_8422_2325
+
+        @inline(__always)
+        mutating func add(byte: UInt8) {
+            value ^= UInt64(byte)
+            value = value &* 0x0000_0100_0000_01b3
         }
-        return hash
+
+        mutating func add(_ text: String) {
+            for byte in text.utf8 { add(byte: byte) }
+            add(byte: 0xFF)  // never in UTF-8: ends the string unambiguously
+        }
+
+        mutating func add(_ value: JSONValue) {
+            switch value {
+            case .null: add(byte: 1)
+            case .bool(let flag): add(byte: flag ? 2 : 3)
+            case .number(let text):
+                add(byte: 4)
+                add(text)
+            case .string(let text):
+                add(byte: 5)
+                add(text)
+            case .array(let items):
+                add(byte: 6)
+                for item in items { add(item) }
+                add(byte: 7)
+            case .object(let object):
+                add(byte: 8)
+                for pair in object.pairs {
+                    add(pair.key)
+                    add(pair.value)
+                }
+                add(byte: 9)
+            }
+        }
     }
 }

@@ -24,6 +24,8 @@ struct RPCDLoad: LoadProtocol {
     let workload: Options.Workload
     let users: Int
     let runTag: String
+    /// Creates carry `"key":"k<tag>-<conn>-<seq>"` (exactly-once keys).
+    var keyed = false
 
     func appendRequest(conn: Int, seq: Int, into out: inout [UInt8]) {
         out.append(contentsOf: #"{"id":"c"#.utf8)
@@ -37,7 +39,17 @@ struct RPCDLoad: LoadProtocol {
             appendNumber(conn, &out)
             out.append(UInt8(ascii: "-"))
             appendNumber(seq, &out)
-            out.append(contentsOf: #"","name":"Bench","email":"bench@example.com"}}"#.utf8)
+            out.append(contentsOf: #"","name":"Bench","email":"bench@example.com"}"#.utf8)
+            if keyed {
+                out.append(contentsOf: #","key":"k"#.utf8)
+                out.append(contentsOf: runTag.utf8)
+                out.append(UInt8(ascii: "-"))
+                appendNumber(conn, &out)
+                out.append(UInt8(ascii: "-"))
+                appendNumber(seq, &out)
+                out.append(UInt8(ascii: "\""))
+            }
+            out.append(UInt8(ascii: "}"))
         } else {
             out.append(contentsOf: #"","method":"user.getUser","param":{"userId":"bench-u"#.utf8)
             appendNumber(workload.existingKey(conn: conn, seq: seq, users: users), &out)

@@ -13,6 +13,8 @@ struct Options {
     var workload = Workload.get
     var users = 1000
     var fsync: String?
+    /// Whether creates carry idempotency keys: [false] (default), [true], or both (compared).
+    var keyed: [Bool] = [false]
     var idle: Int?
     var recovery: Int?
     var inProcess: Int?
@@ -28,6 +30,8 @@ struct Options {
           --warmup S         unmeasured seconds first (default 1)
           --workload W       get | create | mixed (90% get, 10% create) (default get)
           --users N          users created before a get/mixed run (default 1000)
+          --keys MODE        no (default) | yes | both: creates carry an idempotency "key"; both runs the
+                             load without and with keys and prints RATIO keyed/unkeyed
           --fsync MODE       passed to a spawned daemon (always | everysec | none); a list such as
                              always,none runs the load once per mode and prints their ratio
           --threads N        load threads (default 1; each runs a poll(2) loop over its connections)
@@ -75,6 +79,13 @@ struct Options {
                 options.workload = workload
             case "--users": options.users = try number(Int.self)
             case "--fsync": options.fsync = try value()
+            case "--keys":
+                switch try value() {
+                case "no": options.keyed = [false]
+                case "yes": options.keyed = [true]
+                case "both": options.keyed = [false, true]
+                case let other: throw UsageError("--keys '\(other)' is not no, yes or both")
+                }
             case "--threads": options.threads = try number(Int.self)
             case "--idle": options.idle = try number(Int.self)
             case "--recovery": options.recovery = try number(Int.self)

@@ -145,20 +145,24 @@ func run() throws -> Never {
         fail("--compare redis needs redis-server on PATH (apt-get install redis-server)")
     }
     // `--fsync always,none` runs the load once per policy (a fresh daemon each) and compares them.
+    // `--keys both` runs it without and with idempotency keys.
     let policies: [String?] = options.fsync.map { $0.split(separator: ",").map { String($0) } } ?? [nil]
-    var runs: [(policy: String?, rps: Int)] = []
+    var runs: [(label: String, rps: Int)] = []
     var errors = 0
-    for (i, policy) in policies.enumerated() {
-        if i > 0 { print("") }
-        let (rps, failed) = try runLoad(fsync: policy)
-        runs.append((policy, rps))
-        errors += failed
+    for policy in policies {
+        for keyed in options.keyed {
+            if !runs.isEmpty { print("") }
+            let (rps, failed) = try runLoad(fsync: policy, keyed: keyed)
+            let label = options.keyed.count > 1 ? (keyed ? "keyed" : "unkeyed") : (policy ?? "?")
+            runs.append((policies.count > 1 && options.keyed.count > 1 ? "\(policy ?? "?")-\(label)" : label, rps))
+            errors += failed
+        }
     }
     if runs.count > 1, let base = runs.first, base.rps > 0 {
         print("")
         for run in runs.dropFirst() {
             let ratio = Double(run.rps) / Double(base.rps)
-            print("RATIO \(run.policy ?? "?")/\(base.policy ?? "?") = \(String(format: "%.2f", ratio)) (\(run.rps) / \(base.rps) requests/s)")
+            print("RATIO \(run.label)/\(base.label) = \(String(format: "%.2f", ratio)) (\(run.rps) / \(base.rps) requests/s)")
         }
     }
     exit(errors == 0 ? 0 : 1)
@@ -174,8 +178,8 @@ do {
 
 /// One load run against rpcd (`--connect`, or a daemon spawned with `fsync`), then the `--compare`
 /// rows: prints each row's table and RESULT line; returns rpcd's rate and the errors of every row.
-func runLoad(fsync: String?) throws -> (rps: Int, errors: Int) {
-    let rpcd = try measureRPCD(fsync: fsync)
+func runLoad(fsync: String?, keyed: Bool = false) throws -> (rps: Int, errors: Int) {
+    let rpcd = try measureRPCD(fsync: fsync, keyed: keyed)
     guard !options.compare.isEmpty else { return (rpcd.rps, rpcd.errors) }
     let references = try runComparisons(after: rpcd, fsync: fsync, options: options)
     return (rpcd.rps, references.reduce(rpcd.errors) { $0 + $1.errors })
@@ -183,7 +187,7 @@ func runLoad(fsync: String?) throws -> (rps: Int, errors: Int) {
 
 /// The rpcd row: spawns the daemon (removed again before returning) or reaches `--connect`, creates
 /// the users a get or mixed load reads, runs the load, prints the table and the RESULT line.
-func measureRPCD(fsync: String?) throws -> Measurement {
+func measureRPCD(fsync: String?, keyed: Bool = false) throws -> Measurement {
     var target = LoadTarget(name: "rpcd", port: 0)
     var daemon: SpawnedDaemon?
     if let binary = options.spawn {
@@ -212,15 +216,15 @@ func measureRPCD(fsync: String?) throws -> Measurement {
     }
 
     raiseFileLimit()
-    let load = RPCDLoad(workload: options.workload, users: options.users, runTag: String(UUID().uuidString.prefix(8)))
+    let load = RPCDLoad(workload: options.workload, users: options.users, runTag: String(UUID().uuidString.prefix(8)), keyed: keyed)
     let rpcd = try measure(load, against: target, options: options)
     let threadCount = max(1, min(options.threads, options.conns))
-    print("workload    \(options.workload.rawValue)\(fsync.map { " (fsync \($0))" } ?? "")")
+    print("workload    \(options.workload.rawValue)\(fsync.map { " (fsync \($0))" } ?? "")\(keyed ? ", keyed creates" : "")")
     print("conns       \(options.conns) x depth \(options.depth), \(threadCount) load thread(s)")
     print("measured    \(String(format: "%.1f", options.duration)) s after \(String(format: "%.1f", options.warmup)) s warmup")
     rpcd.printFigures(
         errorsLine: "\(rpcd.errorReplies) error replies, \(rpcd.mismatches) id mismatches",
         serverLabel: "daemon CPU", serverNote: daemon.map { "; RSS \($0.rssKiB()) KiB" } ?? "")
-    rpcd.printResult("workload=\(options.workload.rawValue)\(fsync.map { " fsync=\($0)" } ?? "")", options: options)
+    rpcd.printResult("workload=\(options.workload.rawValue)\(fsync.map { " fsync=\($0)" } ?? "")\(keyed ? " keys=yes" : "")", options: options)
     return rpcd
 }
