@@ -144,27 +144,27 @@ public final class Dispatcher: @unchecked Sendable {
             lock.lock()
             defer { lock.unlock() }
             if let prior = state.keys.lookup(key, now: now) {
-                guard prior.method == request.method, prior.digest == digest else {
-                    return .keyReused("key \"\(key.string.prefix(128))\" was first used for \(prior.method) with another param; use a new key for a new mutation")
+                guard prior.digest == digest else {
+                    return .keyReused("key \"\(key.string.prefix(128))\" was first used with another method or param; use a new key for a new mutation")
                 }
                 replayed = prior
                 if let error = prior.error { return error }
-                out.append(contentsOf: prior.reply ?? [])
+                out.append(contentsOf: prior.reply)
                 return nil
             }
             if let log, let reason = log.refusal() { return .internal("mutations are refused: \(reason)") }
             let start = out.count
             if let error = prepared(&state, &out) {
-                state.keys.remember(key, .init(method: request.method, digest: digest, reply: nil, error: error, seq: 0), now: now)
+                state.keys.remember(key, .failure(error, digest: digest), now: now)
                 return error
             }
             let seq = log?.record(request.canonical)
             ticket = seq
             state.keys.remember(
-                key, .init(method: request.method, digest: digest, reply: Array(out[start...]), error: nil, seq: seq ?? 0), now: now)
+                key, .init(digest: digest, reply: Array(out[start...]), seq: seq ?? 0), now: now)
             return nil
         }
-        if let prior = replayed, prior.error == nil, prior.seq > 0 { ticket = prior.seq }
+        if let prior = replayed, !prior.failed, prior.seq > 0 { ticket = prior.seq }
         let disposition: Disposition = ticket.map { .replyAfter(ticket: $0, id: request.id) } ?? .reply
         return Served(disposition: disposition, failed: error != nil, known: true)
     }

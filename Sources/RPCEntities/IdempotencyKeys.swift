@@ -8,28 +8,42 @@ import RPCSchema
 /// shards, and the arrival order in chunks, so that after compaction takes a copy-on-write copy of
 /// the state, the next keyed mutation copies one shard and one chunk, not the whole table.
 public struct IdempotencyKeys: Sendable {
-    /// What a key remembers.
+    /// What a key remembers: 40 bytes, besides the reply's bytes.
     public struct Outcome: Sendable, Equatable {
-        public var method: RPCMethod
-        /// `digest(of:)` the first request's param: the same key with another param is `keyReused`.
+        /// `digest(method:param:)` of the first request: the same key with another method or param is `keyReused`.
         public var digest: UInt64
-        /// The success reply's param as JSON text; nil when the first attempt failed.
-        public var reply: [UInt8]?
-        /// The first attempt's error (not journaled: an error had no effect, so after a restart the
+        /// The first reply's param as JSON text: the result, or the `error.error` param when `failed`.
+        public var reply: [UInt8]
+        /// The first attempt failed (not journaled: an error had no effect, so after a restart the
         /// mutation simply runs again).
-        public var error: RPCError?
+        public var failed: Bool
         /// The journal sequence number of the applied mutation (0: none); a retry is answered
         /// once it is durable, like the first attempt.
         public var seq: UInt64
         /// Uptime in nanoseconds when remembered (replay stamps the replay time).
         var at: UInt64 = 0
 
-        public init(method: RPCMethod, digest: UInt64, reply: [UInt8]?, error: RPCError?, seq: UInt64) {
-            self.method = method
+        public init(digest: UInt64, reply: [UInt8], failed: Bool = false, seq: UInt64) {
             self.digest = digest
             self.reply = reply
-            self.error = error
+            self.failed = failed
             self.seq = seq
+        }
+
+        /// The remembered error of a failed first attempt.
+        public var error: RPCError? {
+            guard failed, case .object(let object)? = try? JSONParser.parse(reply),
+                case .string(let message)? = object["errorMessage"], case .string(let code)? = object["code"]
+            else { return failed ? .internal("the first attempt failed") : nil }
+            return RPCError(RPCErrorCode(code), message)
+        }
+
+        /// An outcome for a failed first attempt.
+        public static func failure(_ error: RPCError, digest: UInt64) -> Outcome {
+            let param = JSONValue.object(JSONObject([("errorMessage", .string(error.errorMessage)), ("code", .string(error.code.rawValue))]))
+            var bytes: [UInt8] = []
+            JSONWriter.write(param, into: &bytes)
+            return Outcome(digest: digest, reply: bytes, failed: true, seq: 0)
         }
     }
 
@@ -122,7 +136,7 @@ public struct IdempotencyKeys: Sendable {
     public func forEachApplied(_ body: (ExactID, Outcome) -> Void) {
         for (index, chunk) in order.enumerated() {
             for key in chunk[(index == 0 ? head : 0)...] {
-                if let outcome = shards[Self.shard(key)][key], outcome.reply != nil { body(key, outcome) }
+                if let outcome = shards[Self.shard(key)][key], !outcome.failed { body(key, outcome) }
             }
         }
     }

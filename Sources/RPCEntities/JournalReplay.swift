@@ -252,7 +252,7 @@ public struct JournalReplay {
                 if let error = call(&state, &reply) { return "\(entry.method) does not apply: \(error.errorMessage)" }
                 let digest = IdempotencyKeys.digest(method: entry.method, param: fields.param)
                 state.keys.remember(
-                    ExactID(key), .init(method: entry.method, digest: digest, reply: reply, error: nil, seq: seq), now: Self.now())
+                    ExactID(key), .init(digest: digest, reply: reply, seq: seq), now: Self.now())
             }
             applied += 1
             return nil

@@ -58,14 +58,12 @@ public enum JournalSnapshot {
             let start = out.count
             out.append(contentsOf: #"{"rpcdKey":"#.utf8)
             JSONWriter.writeString(key.string, into: &out)
-            out.append(contentsOf: #","method":"#.utf8)
-            JSONWriter.writeString(outcome.method.description, into: &out)
             out.append(contentsOf: #","digest":""#.utf8)
             out.append(contentsOf: String(outcome.digest, radix: 16).utf8)
             out.append(contentsOf: #"","seq":"#.utf8)
             JournalRecord.appendDecimal(outcome.seq, into: &out)
             out.append(contentsOf: #","reply":"#.utf8)
-            out.append(contentsOf: outcome.reply ?? Array("null".utf8))
+            out.append(contentsOf: outcome.reply)
             JournalRecord.appendSeal(lineStart: start, into: &out)
         }
         if !out.isEmpty { try body(out) }
@@ -78,7 +76,7 @@ public enum JournalSnapshot {
         line.count > keyLinePrefix.count && line.prefix(keyLinePrefix.count).elementsEqual(keyLinePrefix)
     }
 
-    /// `{"rpcdKey":K,"method":M,"digest":"hex","seq":N,"reply":{…},"crc":…}` -> the key and its outcome.
+    /// `{"rpcdKey":K,"digest":"hex","seq":N,"reply":{…},"crc":…}` -> the key and its outcome.
     static func parseKeyLine(_ line: UnsafeRawBufferPointer) -> Result<(key: ExactID, outcome: IdempotencyKeys.Outcome), JournalLineError> {
         let seal = JournalRecord.checksum(of: line)
         if case .mismatch(let stored, let computed) = seal {
@@ -86,16 +84,15 @@ public enum JournalSnapshot {
         }
         guard seal == .valid, case .object(let object)? = try? JSONParser.parse(line),
             case .string(let key)? = object["rpcdKey"], !key.isEmpty, key.utf8.count <= Request.maxKeyBytes,
-            case .string(let methodText)? = object["method"], let method = RPCMethod(parsing: methodText),
             case .string(let digestText)? = object["digest"], let digest = UInt64(digestText, radix: 16),
             case .number(let seqText)? = object["seq"], let seq = UInt64(seqText),
             let reply = object["reply"], reply != .null
         else {
-            return .failure(JournalLineError(#"not a sealed key line {"rpcdKey":K,"method":M,"digest":"hex","seq":N,"reply":{…}}"#))
+            return .failure(JournalLineError(#"not a sealed key line {"rpcdKey":K,"digest":"hex","seq":N,"reply":{…}}"#))
         }
         var bytes: [UInt8] = []
         JSONWriter.write(reply, into: &bytes)
-        return .success((ExactID(key), IdempotencyKeys.Outcome(method: method, digest: digest, reply: bytes, error: nil, seq: seq)))
+        return .success((ExactID(key), IdempotencyKeys.Outcome(digest: digest, reply: bytes, seq: seq)))
     }
 
     private static let headerKeys = ["rpcdSnapshot", "seq", "records", "crc"]
