@@ -16,7 +16,9 @@ public struct RPCMethod: Hashable, Sendable, CustomStringConvertible, Codable {
             utf8.index(after: dot) != utf8.endIndex,
             !utf8[utf8.index(after: dot)...].contains(UInt8(ascii: "."))
         else { return nil }
-        self.init(String(text[..<dot]), String(text[text.index(after: dot)...]))
+        // Sliced on the UTF-8 view: a String index after the dot would step over a whole
+        // Character, dropping a combining mark that follows the dot.
+        self.init(String(Substring(utf8[..<dot])), String(Substring(utf8[utf8.index(after: dot)...])))
     }
 
     /// The error entity's one method: every failed request is answered with it.

@@ -159,3 +159,13 @@ private func encoded(_ body: (inout [UInt8]) -> Void) -> String {
         }
     }
 }
+
+@Suite struct MethodParsingBytesTests {
+    @Test("a combining mark right after the dot stays in the method name (found by the decoder fuzzer)")
+    func combiningMarkAfterDot() throws {
+        let method = try #require(RPCMethod(parsing: "user.\u{0301}getUser"))
+        #expect(Array(method.entity.utf8) == Array("user".utf8))
+        #expect(Array(method.name.utf8) == Array("\u{0301}getUser".utf8))
+        #expect(Array(method.description.utf8) == Array("user.\u{0301}getUser".utf8))
+    }
+}
