@@ -7,6 +7,7 @@ internal import RPCTransport
 /// let client = try await RPCClient.connect(host: "127.0.0.1", port: 7878)
 /// let user = try await client.call(GetUser(userId: "u1"))   // a User
 /// let all = try await client.call(ListUsers())             // [User]
+/// for try await page in client.pages(ListUsers(limit: 100)) { print(page.users.count) }
 /// ```
 ///
 /// The param type names the method and the result type (`RPCCall`), so every method in
@@ -129,6 +130,30 @@ public final class RPCClient: Sendable {
     /// The variadic `batch(_:timeout:)` with `timeout: .after(timeout)`.
     public func batch<each C: RPCCall>(_ calls: repeat each C, timeout: Duration) async -> (repeat Result<(each C).Output, RPCClientError>) {
         await batch(repeat each calls, timeout: .after(timeout))
+    }
+
+    /// One page of a list, with its `next`: `try await client.page(ListUsers(limit: 100))` is a
+    /// `UserPage` (`users`, and `next` when more remain), where `call` would give only `[User]`.
+    public func page<C: RPCListCall>(_ call: C, timeout: CallTimeout = .default) async throws -> C.Reply {
+        let results = await exchange([encode(call, key: nil)], timeout: timeout)
+        return try results[0].flatMap(Self.reply(C.self)).get()
+    }
+
+    /// `page(_:timeout:)` with `timeout: .after(timeout)`.
+    public func page<C: RPCListCall>(_ call: C, timeout: Duration) async throws -> C.Reply {
+        try await page(call, timeout: .after(timeout))
+    }
+
+    /// Every page of a list, one call per page, from `call.after` on, each `call.limit` long:
+    /// `for try await page in client.pages(ListUsers(limit: 100)) { … }`. The last page has no
+    /// `next`; an empty list is one empty page. Each page's call has its own `timeout`.
+    public func pages<C: RPCListCall>(_ call: C, timeout: CallTimeout = .default) -> RPCPages<C> {
+        RPCPages(client: self, first: call, timeout: timeout)
+    }
+
+    /// `pages(_:timeout:)` with `timeout: .after(timeout)`.
+    public func pages<C: RPCListCall>(_ call: C, timeout: Duration) -> RPCPages<C> {
+        pages(call, timeout: .after(timeout))
     }
 
     /// Fails every call in flight with `.connectionClosed` and closes the connection. Later calls
