@@ -88,6 +88,17 @@ struct ClientProductTests {
         }
     }
 
+    @Test("README's \"Use it from Swift\" shows that dependency, by URL or by path")
+    func readmeShowsTheDependency() throws {
+        guard let root = packageRoot() else { throw HarnessError("package root not found from \(#filePath)") }
+        let readme = try String(contentsOf: root.appendingPathComponent("README.md"), encoding: .utf8)
+        let start = try #require(readme.range(of: "## Use it from Swift\n"))
+        let section = readme[start.upperBound...].components(separatedBy: "\n## ")[0]
+        for text in [#".product(name: "RPC", package: "rpcd")"#, ".package(url: ", ".package(path: "] {
+            #expect(section.contains(text), "\(text)")
+        }
+    }
+
     @Test("a package depending on .product(name: \"RPC\", package: \"rpcd\") builds, connects and calls; RPCTransport is not in its scope")
     func outsidePackage() throws {
         guard let root = packageRoot() else { throw HarnessError("package root not found from \(#filePath)") }
