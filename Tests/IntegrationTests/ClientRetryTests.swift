@@ -19,7 +19,7 @@ struct ClientRetryTests {
         let client = try await RPCClient.connect(host: "127.0.0.1", port: peer.port)
         defer { client.close() }
         try await offPool { try peer.accept() }
-        let create = Task { try await client.call(CreateUser(id: "u1", name: "Ada", email: "a@x"), timeout: .seconds(10)) }
+        let create = Task { try await client.call(CreateUser(id: "u1", name: "Ada", email: "a@x"), timeout: .seconds(60)) }
         let sent = try ClientKeyTests.request(try await offPool { try peer.readLine() })
         peer.closePeer()
         let result = await create.result
@@ -33,7 +33,7 @@ struct ClientRetryTests {
 
         let started = Date()
         do {
-            _ = try await client.call(GetUser(userId: "u1"), timeout: .seconds(10))
+            _ = try await client.call(GetUser(userId: "u1"), timeout: .seconds(60))
             Issue.record("expected .notSent")
         } catch let error as RPCClientError {
             guard case .notSent(_, let method, _, let reason) = error else {
@@ -42,7 +42,8 @@ struct ClientRetryTests {
             }
             #expect(method == GetUser.method && reason.hasPrefix("not connected: "), "\(reason)")
         }
-        #expect(Date().timeIntervalSince(started) < 1)
+        // At once, not after its timeout (the bound is loose: the whole suite shares two cores).
+        #expect(Date().timeIntervalSince(started) < 20)
     }
 
     @Test("calls whose bytes never left when the connection drops are .notSent; the ones before them .outcomeUnknown")
@@ -129,7 +130,7 @@ struct ClientRetryTests {
         let started = Date()
         let never = await Task { try await client.call(GetUser(userId: "u1"), timeout: .milliseconds(500)) }.result
         let elapsed = Date().timeIntervalSince(started)
-        #expect(elapsed > 0.4 && elapsed < 3, "\(elapsed) s")
+        #expect(elapsed > 0.4 && elapsed < 20, "\(elapsed) s")
         guard case .failure(RPCClientError.notSent(_, _, _, let why)) = never else {
             Issue.record("expected .notSent, got \(never)")
             return
@@ -175,7 +176,7 @@ struct ClientRetryTests {
             #expect(reason.contains("tries in 0.7 s"), "\(reason)")
         }
         let elapsed = Date().timeIntervalSince(started)
-        #expect(elapsed > 0.4 && elapsed < 3, "\(elapsed) s")
+        #expect(elapsed > 0.4 && elapsed < 20, "\(elapsed) s")  // not the 60 s below; loose: two shared cores
 
         let patient = RPCClientOptions(connectTimeout: .seconds(60), retry: RetryPolicy())
         let connecting = Task { try await RPCClient.connect(host: "127.0.0.1", port: port, options: patient) }
@@ -183,7 +184,7 @@ struct ClientRetryTests {
         let cancelled = Date()
         connecting.cancel()
         await #expect(throws: RPCClientError.self) { try await connecting.value }
-        #expect(Date().timeIntervalSince(cancelled) < 1)
+        #expect(Date().timeIntervalSince(cancelled) < 20)
     }
 
     @Test("a create in flight to a daemon killed before it read it is sent again after the restart and succeeds")
