@@ -1,24 +1,33 @@
 import Dispatch
 import RPCSchema
-import RPCTransport
+internal import RPCTransport
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
 
-/// One request line ready to go: its id, its method, and its bytes (with the `\n`).
+/// One request line ready to go: its id, its method, its idempotency key, and its bytes (with the `\n`).
 struct OutgoingCall: Sendable {
     var id: String
     var method: RPCMethod
+    var key: String?
+    /// Safe to send again after it was sent: a read, or a call with a key.
+    var resendable: Bool
     var bytes: [UInt8]
 }
 
 /// The client's connection and its calls in flight: a state machine owned by one serial queue.
 ///
-/// Pending calls live in a dictionary by id (sourcekit-lsp `outstandingRequests`). An entry is
-/// removed before its completion runs, and only the queue removes entries, so every call completes
-/// exactly once: by its reply, its timeout, its cancellation, or the connection closing.
+/// Pending calls live in `PendingCalls` by id. An entry is removed before its completion runs,
+/// and only the queue removes entries, so every call completes exactly once: by its reply, its
+/// timeout, its cancellation, the client closing, or its connection being lost for good.
+///
+/// A call is handed to the connection when there is one; else it waits, and every waiting call is
+/// sent on the next connection, in the order the calls were made. When a connection is lost, the
+/// calls handed to it go back to waiting (never written; or resendable under a `RetryPolicy`) or
+/// fail (`PendingCalls.connectionLost`). While calls wait and a reconnect policy allows, the client
+/// connects again.
 final class ClientCore: ConnectionDelegate, @unchecked Sendable {
     // @unchecked: every `var` below is touched only on `loop.queue` (dispatchPrecondition-checked).
 
@@ -31,12 +40,6 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         case closed
     }
 
-    private struct Pending {
-        let method: RPCMethod
-        let complete: (Result<Request, RPCClientError>) -> Void
-        var timer: DispatchWorkItem?
-    }
-
     let address: SocketAddress
     let options: RPCClientOptions
     let handlers: RequestHandlers
@@ -44,13 +47,17 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
     private var queue: DispatchQueue { loop.queue }
 
     private var state: State = .idle(reason: "not connected yet")
-    /// By id as exact UTF-8 bytes: a reply matches its call only byte for byte.
-    private var pending: [ExactID: Pending] = [:]
-    /// Lines waiting for a connection (while reconnecting), with the ids they carry.
-    private var outbox: [(ids: [String], bytes: [UInt8])] = []
+    private var pending = PendingCalls()
     private var flushScheduled = false
+    /// Numbers connections; `PendingCall.handedTo` names one by it.
     private var connectionCount: UInt64 = 0
+    /// Bytes handed to the current connection so far: where the next line will end.
+    private var handedBytes: UInt64 = 0
     private var authCount = 0
+    /// The first `connect`'s completion, until it connected or gave up.
+    private var connectWaiter: (@Sendable (Result<Void, RPCClientError>) -> Void)?
+    /// When the first `connect` gives up (`connectTimeout` after it began).
+    private var connectDeadline: DispatchTime?
 
     init(address: SocketAddress, options: RPCClientOptions) throws(Errno) {
         self.address = address
@@ -61,57 +68,95 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
 
     // MARK: - Connecting
 
-    /// The first connect: one try within `connectTimeout`.
+    /// The first connect: one try within `connectTimeout`, or, with a reconnect policy, tries as it
+    /// allows until `connectTimeout` has passed.
     func connect(completion: @escaping @Sendable (Result<Void, RPCClientError>) -> Void) {
         queue.async { [self] in
-            state = .connecting
-            Connector.connect(to: address, queue: queue, timeout: .nanoseconds(options.connectTimeout.nanoseconds)) { [self] result in
-                switch result {
-                case .success(let fd):
-                    attach(fd)
-                    completion(.success(()))
-                case .failure(let errno):
-                    let reason = Self.describe(errno)
-                    if case .connecting = state { state = .idle(reason: reason) }
-                    completion(.failure(.connectFailed(address: "\(address)", reason: reason)))
-                }
+            guard case .idle = state else {
+                return completion(.failure(.connectFailed(address: "\(address)", reason: "connect was called twice (client bug)")))
             }
+            connectWaiter = completion
+            connectDeadline = .now() + .nanoseconds(options.connectTimeout.nanoseconds)
+            tryConnect(attempt: 0)
         }
     }
 
-    private func reconnect(attempt: Int, policy: ReconnectPolicy) {
+    /// Gives up the first connect (its task was cancelled). Call from anywhere.
+    func cancelConnect() {
+        queue.async { [self] in
+            guard let waiter = connectWaiter else { return }
+            connectWaiter = nil
+            state = .idle(reason: "connect was cancelled")
+            waiter(.failure(.connectFailed(address: "\(address)", reason: "cancelled while connecting")))
+        }
+    }
+
+    /// One connect try; on failure, the next one after the policy's delay, while anyone waits.
+    private func tryConnect(attempt: Int) {
         dispatchPrecondition(condition: .onQueue(queue))
         state = .connecting
-        Connector.connect(to: address, queue: queue, timeout: .nanoseconds(options.connectTimeout.nanoseconds)) { [self] result in
+        var tryTimeout = options.connectTimeout.nanoseconds
+        if let deadline = connectDeadline {
+            let now = DispatchTime.now().uptimeNanoseconds
+            let left = deadline.uptimeNanoseconds > now ? deadline.uptimeNanoseconds - now : 0
+            tryTimeout = min(tryTimeout, Int(clamping: max(left, 1_000_000)))
+        }
+        Connector.connect(to: address, queue: queue, timeout: .nanoseconds(tryTimeout)) { [self] result in
             switch result {
             case .success(let fd):
                 attach(fd)
             case .failure(let errno):
                 guard case .connecting = state else { return }
-                let reason = Self.describe(errno)
-                if attempt + 1 < policy.maxAttempts {
-                    let delay = policy.delay(beforeAttempt: attempt + 1)
-                    queue.asyncAfter(deadline: .now() + .nanoseconds(delay.nanoseconds)) { [self] in
-                        guard case .connecting = state else { return }
-                        reconnect(attempt: attempt + 1, policy: policy)
-                    }
-                } else {
-                    let why = "\(reason) (after \(policy.maxAttempts) tries)"
-                    state = .idle(reason: why)
-                    outbox = []
-                    failAll(.connectFailed(address: "\(address)", reason: why))
-                }
+                connectFailed(attempt: attempt, reason: Self.describe(errno))
             }
         }
+    }
+
+    private func connectFailed(attempt: Int, reason: String) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard connectWaiter != nil || pending.anyWaiting else {
+            state = .idle(reason: reason)  // nobody waits any more (timed out, cancelled)
+            return
+        }
+        if let policy = options.reconnectPolicy, attempt + 1 < policy.maxAttempts {
+            let delay = policy.delay(beforeAttempt: attempt + 1)
+            let at = DispatchTime.now() + .nanoseconds(delay.nanoseconds)
+            if connectDeadline.map({ at < $0 }) ?? true {
+                queue.asyncAfter(deadline: at) { [self] in
+                    guard case .connecting = state else { return }
+                    guard connectWaiter != nil || pending.anyWaiting else {
+                        state = .idle(reason: reason)
+                        return
+                    }
+                    tryConnect(attempt: attempt + 1)
+                }
+                return
+            }
+        }
+        let tries = attempt + 1
+        let why: String
+        if connectDeadline != nil && tries > 1 {
+            why = "\(reason) (after \(tries) tries in \(options.connectTimeout.secondsText) s)"
+        } else {
+            why = tries > 1 ? "\(reason) (after \(tries) tries)" : reason
+        }
+        state = .idle(reason: why)
+        if let waiter = connectWaiter {
+            connectWaiter = nil
+            connectDeadline = nil
+            waiter(.failure(.connectFailed(address: "\(address)", reason: why)))
+        }
+        fail(pending.removeWaiting(), reason: "could not reconnect: \(why)")
     }
 
     private func attach(_ fd: Int32) {
         dispatchPrecondition(condition: .onQueue(queue))
         guard case .connecting = state else {
-            Syscall.close(fd)  // closed while connecting
+            Syscall.close(fd)  // closed, or the connect cancelled, while connecting
             return
         }
         connectionCount += 1
+        handedBytes = 0
         let limits = Connection.Limits(maxFrameBytes: options.maxFrameBytes, maxOutputBytes: options.maxOutputBytes)
         // A reset after the daemon's last words (an `overloaded` error, say) still delivers them.
         let connection = Connection(
@@ -119,11 +164,13 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         state = .connected(connection)
         // start() enqueues the registration; the flush below is enqueued after it.
         connection.start()
-        authenticate(on: connection)
-        for chunk in outbox where chunk.ids.contains(where: { pending[ExactID($0)] != nil }) {
-            connection.send(chunk.bytes)
+        if let waiter = connectWaiter {
+            connectWaiter = nil
+            connectDeadline = nil
+            waiter(.success(()))
         }
-        outbox = []
+        authenticate(on: connection)
+        hand(pending.waiting(), to: connection)
         scheduleFlush()
     }
 
@@ -137,8 +184,28 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         var line: [UInt8] = []
         let param = JSONValue.object(JSONObject([("name", .string(name)), ("token", .string(secret))]))
         RequestCodec.encode(id: id, method: SystemAuth.method, param: param, form: .canonical, into: &line)
-        pending[ExactID(id)] = Pending(method: SystemAuth.method, complete: { _ in })
-        connection.send(line)
+        pending.insert(PendingCall(id: id, method: SystemAuth.method, isAuth: true, complete: { _ in }))
+        hand([id], lines: [line], to: connection)
+    }
+
+    /// Hands the lines of these pending calls to `connection` in one write.
+    private func hand(_ ids: [String], to connection: Connection) {
+        hand(ids, lines: ids.map { pending[$0]?.line ?? [] }, to: connection)
+    }
+
+    private func hand(_ ids: [String], lines: [[UInt8]], to connection: Connection) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        // A send just before may have closed it: then these wait for the next connection.
+        guard !ids.isEmpty, case .connected(let current) = state, current === connection else { return }
+        var bytes: [UInt8] = []
+        for (id, line) in zip(ids, lines) {
+            bytes.append(contentsOf: line)
+            handedBytes += UInt64(line.count)
+            pending.handed(id, to: connectionCount, end: handedBytes)
+        }
+        // Recorded first: a send that overflows closes the connection before it returns, and the
+        // calls it held must already count as handed (and not written).
+        connection.send(bytes)
     }
 
     // MARK: - Calls
@@ -148,36 +215,32 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         queue.async { [self] in
             let collector = Collector(count: calls.count, completion: completion)
             var ids: [String] = []
-            var bytes: [UInt8] = []
             for (index, call) in calls.enumerated() {
                 if let failure = refusal(call) {
                     collector.set(index, .failure(failure))
                     continue
                 }
-                var entry = Pending(method: call.method, complete: { collector.set(index, $0) })
+                var entry = PendingCall(
+                    id: call.id, method: call.method, key: call.key, line: call.bytes, resendable: call.resendable,
+                    complete: { collector.set(index, $0) })
                 if let timeout {
                     // Weak: a cancelled item stays queued until its deadline; it must not keep the client alive.
-                    let item = DispatchWorkItem { [weak self] in
-                        self?.complete(call.id, .failure(.timedOut(method: call.method, id: call.id, after: timeout)))
-                    }
+                    let item = DispatchWorkItem { [weak self] in self?.timeOut(call.id, after: timeout) }
                     queue.asyncAfter(deadline: .now() + .nanoseconds(timeout.nanoseconds), execute: item)
                     entry.timer = item
                 }
-                pending[ExactID(call.id)] = entry
+                pending.insert(entry)
                 ids.append(call.id)
-                bytes.append(contentsOf: call.bytes)
             }
             guard !ids.isEmpty else { return }
             switch state {
             case .connected(let connection):
-                connection.send(bytes)
+                hand(ids, to: connection)
                 scheduleFlush()
             case .connecting:
-                outbox.append((ids, bytes))
+                break  // sent on connect
             case .idle:
-                guard let policy = options.reconnect else { return }  // refusal() failed them already
-                outbox.append((ids, bytes))
-                reconnect(attempt: 0, policy: policy)
+                tryConnect(attempt: 0)  // refusal() let them in: there is a reconnect policy
             case .closed:
                 break  // refusal() failed them already
             }
@@ -189,10 +252,10 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         switch state {
         case .closed:
             return .connectionClosed(address: "\(address)", method: call.method, id: call.id, reason: "the client was closed")
-        case .idle(let reason) where options.reconnect == nil:
-            return .connectionClosed(address: "\(address)", method: call.method, id: call.id, reason: reason)
+        case .idle(let reason) where options.reconnectPolicy == nil:
+            return .notSent(address: "\(address)", method: call.method, id: call.id, reason: "not connected: \(reason)")
         default:
-            if pending[ExactID(call.id)] != nil {
+            if pending[call.id] != nil {
                 return .invalidCall(method: call.method, reason: "id \"\(call.id)\" is already in flight; the id generator must not repeat ids")
             }
             return nil
@@ -206,25 +269,54 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         }
     }
 
+    /// The call's timeout ran out: `.timedOut` if it was handed to the connection (written, or
+    /// about to be: bytes handed over cannot be taken back), else `.notSent` or, for a call
+    /// written before and waiting to be sent again, `.outcomeUnknown`.
+    private func timeOut(_ id: String, after timeout: Duration) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard let call = pending[id] else { return }
+        if call.handedTo != nil {  // only ever to the current connection
+            return complete(id, .failure(.timedOut(method: call.method, id: id, after: timeout)))
+        }
+        let written = call.sends > 0
+        let within = "within its timeout of \(timeout.secondsText) s"
+        if written {
+            complete(id, .failure(.outcomeUnknown(
+                address: "\(address)", method: call.method, id: id, key: call.key,
+                reason: "its connection was lost and it could not be sent again \(within)")))
+        } else {
+            complete(id, .failure(.notSent(
+                address: "\(address)", method: call.method, id: id, reason: "no connection took it \(within) (\(stateText))")))
+        }
+    }
+
+    private var stateText: String {
+        switch state {
+        case .idle(let reason): return reason
+        case .connecting: return "still connecting"
+        case .connected: return "connected, not handed over yet"
+        case .closed: return "closed"
+        }
+    }
+
     private func complete(_ id: String, _ result: Result<Request, RPCClientError>) {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard let entry = pending.removeValue(forKey: ExactID(id)) else { return }
+        guard let entry = pending.remove(id) else { return }
         entry.timer?.cancel()
         entry.complete(result)
     }
 
-    private func failAll(_ error: RPCClientError) {
+    /// Completes calls removed from `pending` with the error their fate calls for.
+    private func fail(_ calls: [(call: PendingCall, fate: PendingCalls.Fate)], reason: String) {
         dispatchPrecondition(condition: .onQueue(queue))
-        let all = pending
-        pending = [:]
-        for (key, entry) in all {
-            let id = key.string
-            entry.timer?.cancel()
-            switch error {
-            case .connectionClosed(let address, _, _, let reason):
-                entry.complete(.failure(.connectionClosed(address: address, method: entry.method, id: id, reason: reason)))
-            default:
-                entry.complete(.failure(error))
+        for (call, fate) in calls {
+            call.timer?.cancel()
+            switch fate {
+            case .notSent:
+                call.complete(.failure(.notSent(address: "\(address)", method: call.method, id: call.id, reason: reason)))
+            case .outcomeUnknown:
+                call.complete(.failure(.outcomeUnknown(
+                    address: "\(address)", method: call.method, id: call.id, key: call.key, reason: reason)))
             }
         }
     }
@@ -243,13 +335,20 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
 
     // MARK: - Closing
 
-    /// Fails every pending call and closes the connection. Idempotent; call from anywhere.
+    /// Fails every pending call with `.connectionClosed` and closes the connection. Idempotent;
+    /// call from anywhere.
     func close() {
         queue.async { [self] in
             let previous = state
             state = .closed
-            outbox = []
-            failAll(.connectionClosed(address: "\(address)", method: nil, id: nil, reason: "the client was closed"))
+            if let waiter = connectWaiter {
+                connectWaiter = nil
+                waiter(.failure(.connectFailed(address: "\(address)", reason: "the client was closed while connecting")))
+            }
+            for call in pending.removeAll() {
+                call.timer?.cancel()
+                call.complete(.failure(.connectionClosed(address: "\(address)", method: call.method, id: call.id, reason: "the client was closed")))
+            }
             if case .connected(let connection) = previous {
                 connection.close(.closedByServer("closed by the client"))
             }
@@ -261,7 +360,7 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
     func connection(_ connection: Connection, didReceive line: UnsafeRawBufferPointer) {
         switch RequestCodec.decode(line) {
         case .counterRequest(let reply):
-            guard let entry = pending[ExactID(reply.id)] else {
+            guard let entry = pending[reply.id] else {
                 handlers.deliver(reply)  // not ours (or too late): a handler may want it
                 return
             }
@@ -291,38 +390,14 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         case .closedByServer(let message), .shed(let message): why = message
         }
         state = .idle(reason: why)
-        failAll(.connectionClosed(address: "\(address)", method: nil, id: nil, reason: why))
+        let policy = options.reconnectPolicy
+        let lost = pending.connectionLost(
+            connectionCount, written: connection.bytesOut, retry: options.retry, canReconnect: policy != nil)
+        fail(lost, reason: "the connection was lost: \(why)")
+        if pending.anyWaiting { tryConnect(attempt: 0) }
     }
 
     static func describe(_ error: Errno) -> String {
         error.code == ETIMEDOUT ? "connect timed out" : "\(error)"
-    }
-}
-
-/// Collects the results of one submission; completes once, when the last one is in. Queue-owned.
-private final class Collector: @unchecked Sendable {
-    // @unchecked: used only on the client's queue (through `ClientCore`).
-    private var results: [Result<Request, RPCClientError>?]
-    private var remaining: Int
-    private var completion: (@Sendable ([Result<Request, RPCClientError>]) -> Void)?
-
-    init(count: Int, completion: @escaping @Sendable ([Result<Request, RPCClientError>]) -> Void) {
-        results = Array(repeating: nil, count: count)
-        remaining = count
-        self.completion = completion
-        if count == 0 { finish() }
-    }
-
-    func set(_ index: Int, _ result: Result<Request, RPCClientError>) {
-        guard results[index] == nil else { return }  // a call completes once; a second result is ignored
-        results[index] = result
-        remaining -= 1
-        if remaining == 0 { finish() }
-    }
-
-    private func finish() {
-        guard let completion else { return }
-        self.completion = nil
-        completion(results.map { $0 ?? .failure(.invalidCall(method: .error, reason: "no result (client bug)")) })
     }
 }

@@ -1,5 +1,5 @@
 import RPCSchema
-import RPCTransport
+internal import RPCTransport
 
 /// A connection to rpcd that makes typed calls.
 ///
@@ -7,22 +7,28 @@ import RPCTransport
 /// let client = try await RPCClient.connect(host: "127.0.0.1", port: 7878)
 /// let user = try await client.call(GetUser(userId: "u1"))   // a User
 /// let all = try await client.call(ListUsers())             // [User]
+/// for try await page in client.pages(ListUsers(limit: 100)) { print(page.users.count) }
 /// ```
 ///
 /// The param type names the method and the result type (`RPCCall`), so every method in
 /// `RPCSchema` is callable without code here. Ids come from `options.idGenerator`; replies are
 /// matched to calls by id, so any number of calls may be in flight at once (pipelining) from any
-/// number of tasks. Errors are `RPCClientError`. When the connection drops, every call in flight
-/// fails at once with `.connectionClosed`; nothing waits forever.
+/// number of tasks. Every mutation carries an idempotency key (`options.keyGenerator`, or the
+/// call's own `key:`); reads carry none. Errors are `RPCClientError`.
+///
+/// When the connection drops, calls in flight fail at once with `.outcomeUnknown` (they may have
+/// been applied), and later calls with `.notSent`; nothing waits forever. With
+/// `options.reconnect` the client connects again when a call needs it; with `options.retry` it
+/// also sends the calls in flight again (mutations with their keys), so a daemon restart shows
+/// only as latency.
 public final class RPCClient: Sendable {
     private let core: ClientCore
     private let encoder = JSONValueEncoder()
-    private let decoder = JSONValueDecoder()
 
     /// Handlers for requests the daemon sends (and counter-requests no call waits for).
     public var handlers: RequestHandlers { core.handlers }
     public var options: RPCClientOptions { core.options }
-    /// `HOST:PORT` of the daemon.
+    /// `HOST:PORT` (or `unix:PATH`) of the daemon.
     public var address: String { "\(core.address)" }
 
     private init(core: ClientCore) { self.core = core }
@@ -35,11 +41,17 @@ public final class RPCClient: Sendable {
         return try await connect(to: text, options: options)
     }
 
-    /// Connects to rpcd at `HOST:PORT` (`127.0.0.1:7878`, `[::1]:7878`, `localhost:7878`).
+    /// Connects to rpcd at `HOST:PORT` (`127.0.0.1:7878`, `[::1]:7878`, `localhost:7878`) or
+    /// `unix:PATH`.
+    ///
+    /// Without a reconnect policy, one try within `options.connectTimeout`. With one (or with a
+    /// retry policy), it tries as the policy allows until `connectTimeout` has passed, so a
+    /// program that starts before rpcd waits for it. Throws `.connectFailed`; cancelling the task
+    /// stops the tries.
     public static func connect(to address: String, options: RPCClientOptions = RPCClientOptions()) async throws -> RPCClient {
         guard let parsed = SocketAddress(parsing: address) else {
             throw RPCClientError.connectFailed(
-                address: address, reason: "not HOST:PORT with an IP address or localhost as HOST (names are not resolved)")
+                address: address, reason: "not HOST:PORT with an IP address or localhost as HOST (names are not resolved), nor unix:PATH")
         }
         let core: ClientCore
         do {
@@ -47,8 +59,12 @@ public final class RPCClient: Sendable {
         } catch {
             throw RPCClientError.connectFailed(address: address, reason: "could not create the client's event loop: \(error)")
         }
-        let result = await withCheckedContinuation { continuation in
-            core.connect { continuation.resume(returning: $0) }
+        let result = await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                core.connect { continuation.resume(returning: $0) }
+            }
+        } onCancel: {
+            core.cancelConnect()
         }
         let client = RPCClient(core: core)  // from here on, deinit closes it
         try result.get()
@@ -57,66 +73,122 @@ public final class RPCClient: Sendable {
 
     /// Calls `call.method` with `call` as its param and returns its typed result.
     ///
-    /// Throws `RPCClientError`: `.server` when the daemon answers `error.error`, else a
-    /// connection, timeout or decoding case. `timeout` defaults to `options.defaultTimeout`.
-    public func call<C: RPCCall>(_ call: C, timeout: Duration? = nil) async throws -> C.Output {
-        let results = await exchange([encode(call)], timeout: timeout)
+    /// A mutation carries `key` as its idempotency key, or else one from `options.keyGenerator`
+    /// (a key is 1 to 128 UTF-8 bytes; give your own to apply a mutation at most once across
+    /// program restarts, e.g. `key: "order-42"`). Throws `RPCClientError`: `.server` when the
+    /// daemon answers `error.error`, else a connection, timeout or decoding case.
+    public func call<C: RPCCall>(_ call: C, key: String? = nil, timeout: CallTimeout = .default) async throws -> C.Output {
+        let results = await exchange([encode(call, key: key)], timeout: timeout)
         return try results[0].flatMap(Self.output(C.self)).get()
+    }
+
+    /// `call(_:key:timeout:)` with `timeout: .after(timeout)`.
+    public func call<C: RPCCall>(_ call: C, key: String? = nil, timeout: Duration) async throws -> C.Output {
+        try await self.call(call, key: key, timeout: .after(timeout))
     }
 
     /// Sends `method` with a raw JSON param and returns the counter-request that answers it: a
     /// `…Result` or an `error.error` (not thrown). Throws `RPCClientError` for everything else.
-    public func send(_ method: RPCMethod, param: JSONValue?, timeout: Duration? = nil) async throws -> Request {
+    ///
+    /// It cannot tell a read from a mutation, so it carries only the `key` given: without one, a
+    /// retry policy sends it again only if it was never sent.
+    public func send(_ method: RPCMethod, param: JSONValue?, key: String? = nil, timeout: CallTimeout = .default) async throws -> Request {
         let id = core.options.idGenerator.next()
-        var bytes: [UInt8] = []
-        RequestCodec.encode(id: id, method: method, param: param, form: .canonical, into: &bytes)
-        let results = await exchange([.success(OutgoingCall(id: id, method: method, bytes: bytes))], timeout: timeout)
+        let outgoing = Self.outgoing(id: id, method: method, param: param, key: key, resendable: key != nil)
+        let results = await exchange([outgoing], timeout: timeout)
         return try results[0].get()
+    }
+
+    /// `send(_:param:key:timeout:)` with `timeout: .after(timeout)`.
+    public func send(_ method: RPCMethod, param: JSONValue?, key: String? = nil, timeout: Duration) async throws -> Request {
+        try await send(method, param: param, key: key, timeout: .after(timeout))
     }
 
     /// Sends every call in one write and returns their results in the same order: one failure does
     /// not fail the others. For calls of one type; for mixed types use the variadic `batch`.
-    public func batch<C: RPCCall>(_ calls: [C], timeout: Duration? = nil) async -> [Result<C.Output, RPCClientError>] {
-        let results = await exchange(calls.map(encode), timeout: timeout)
+    public func batch<C: RPCCall>(_ calls: [C], timeout: CallTimeout = .default) async -> [Result<C.Output, RPCClientError>] {
+        let results = await exchange(calls.map { encode($0, key: nil) }, timeout: timeout)
         return results.map { $0.flatMap(Self.output(C.self)) }
+    }
+
+    /// `batch(_:timeout:)` with `timeout: .after(timeout)`.
+    public func batch<C: RPCCall>(_ calls: [C], timeout: Duration) async -> [Result<C.Output, RPCClientError>] {
+        await batch(calls, timeout: .after(timeout))
     }
 
     /// Sends calls of any types in one write (JSONRPCKit's batch) and returns a tuple of their
     /// results, in order: `let (a, b) = await client.batch(GetUser(userId: "u1"), ListBuildings())`
     /// gives a `Result<User, RPCClientError>` and a `Result<[Building], RPCClientError>`.
-    public func batch<each C: RPCCall>(_ calls: repeat each C, timeout: Duration? = nil) async -> (repeat Result<(each C).Output, RPCClientError>) {
+    public func batch<each C: RPCCall>(_ calls: repeat each C, timeout: CallTimeout = .default) async -> (repeat Result<(each C).Output, RPCClientError>) {
         var outgoing: [Result<OutgoingCall, RPCClientError>] = []
-        for call in repeat each calls { outgoing.append(encode(call)) }
+        for call in repeat each calls { outgoing.append(encode(call, key: nil)) }
         let results = await exchange(outgoing, timeout: timeout)
         let cursor = Cursor()
         return (repeat cursor.next(each calls, results))
     }
 
+    /// The variadic `batch(_:timeout:)` with `timeout: .after(timeout)`.
+    public func batch<each C: RPCCall>(_ calls: repeat each C, timeout: Duration) async -> (repeat Result<(each C).Output, RPCClientError>) {
+        await batch(repeat each calls, timeout: .after(timeout))
+    }
+
+    /// One page of a list, with its `next`: `try await client.page(ListUsers(limit: 100))` is a
+    /// `UserPage` (`users`, and `next` when more remain), where `call` would give only `[User]`.
+    public func page<C: RPCListCall>(_ call: C, timeout: CallTimeout = .default) async throws -> C.Reply {
+        let results = await exchange([encode(call, key: nil)], timeout: timeout)
+        return try results[0].flatMap(Self.reply(C.self)).get()
+    }
+
+    /// `page(_:timeout:)` with `timeout: .after(timeout)`.
+    public func page<C: RPCListCall>(_ call: C, timeout: Duration) async throws -> C.Reply {
+        try await page(call, timeout: .after(timeout))
+    }
+
+    /// Every page of a list, one call per page, from `call.after` on, each `call.limit` long:
+    /// `for try await page in client.pages(ListUsers(limit: 100)) { … }`. The last page has no
+    /// `next`; an empty list is one empty page. Each page's call has its own `timeout`.
+    public func pages<C: RPCListCall>(_ call: C, timeout: CallTimeout = .default) -> RPCPages<C> {
+        RPCPages(client: self, first: call, timeout: timeout)
+    }
+
+    /// `pages(_:timeout:)` with `timeout: .after(timeout)`.
+    public func pages<C: RPCListCall>(_ call: C, timeout: Duration) -> RPCPages<C> {
+        pages(call, timeout: .after(timeout))
+    }
+
     /// Fails every call in flight with `.connectionClosed` and closes the connection. Later calls
-    /// fail at once. Also done when the client is released.
+    /// fail at once, also with `.connectionClosed`. Also done when the client is released.
     public func close() { core.close() }
 
     // MARK: - Internals
 
-    private func encode<C: RPCCall>(_ call: C) -> Result<OutgoingCall, RPCClientError> {
+    private func encode<C: RPCCall>(_ call: C, key: String?) -> Result<OutgoingCall, RPCClientError> {
         let param: JSONValue
         do {
             param = try encoder.encode(call)
         } catch {
             return .failure(.invalidCall(method: C.method, reason: "its param did not encode: \(error)"))
         }
+        let key = key ?? (C.isMutation ? core.options.keyGenerator?.next() : nil)
         let id = core.options.idGenerator.next()
+        return Self.outgoing(id: id, method: C.method, param: param, key: key, resendable: !C.isMutation || key != nil)
+    }
+
+    private static func outgoing(id: String, method: RPCMethod, param: JSONValue?, key: String?, resendable: Bool) -> Result<OutgoingCall, RPCClientError> {
+        if let key, key.isEmpty || key.utf8.count > Request.maxKeyBytes {
+            return .failure(.invalidCall(method: method, reason: "its key is \(key.utf8.count) bytes; a key is 1 to \(Request.maxKeyBytes) UTF-8 bytes"))
+        }
         var bytes: [UInt8] = []
-        RequestCodec.encode(id: id, method: C.method, param: param, form: .canonical, into: &bytes)
-        return .success(OutgoingCall(id: id, method: C.method, bytes: bytes))
+        RequestCodec.encode(Request(id: id, method: method, param: param, form: .canonical, key: key), into: &bytes)
+        return .success(OutgoingCall(id: id, method: method, key: key, resendable: resendable, bytes: bytes))
     }
 
     /// Sends the calls that encoded (in one write) and waits for all of them.
-    private func exchange(_ calls: [Result<OutgoingCall, RPCClientError>], timeout: Duration?) async -> [Result<Request, RPCClientError>] {
+    private func exchange(_ calls: [Result<OutgoingCall, RPCClientError>], timeout: CallTimeout) async -> [Result<Request, RPCClientError>] {
         let ready = calls.compactMap { try? $0.get() }
         var replies: [Result<Request, RPCClientError>] = []
         if !ready.isEmpty {
-            let timeout = timeout ?? core.options.defaultTimeout
+            let timeout = timeout.resolved(core.options)
             let tags = ready.map { (id: $0.id, method: $0.method) }
             if Task.isCancelled {
                 replies = tags.map { .failure(.cancelled(method: $0.method, id: $0.id)) }
@@ -141,6 +213,11 @@ public final class RPCClient: Sendable {
 
     /// Reads a counter-request as the result of `C`.
     static func output<C: RPCCall>(_ type: C.Type) -> (Request) -> Result<C.Output, RPCClientError> {
+        { request in Self.reply(C.self)(request).map(C.output(from:)) }
+    }
+
+    /// Reads a counter-request as the reply of `C` (before `C.output(from:)`).
+    static func reply<C: RPCCall>(_ type: C.Type) -> (Request) -> Result<C.Reply, RPCClientError> {
         { reply in
             let decoder = JSONValueDecoder()
             if reply.method == .error {
@@ -151,8 +228,7 @@ public final class RPCClient: Sendable {
                 return .failure(.server(code: error.code, errorMessage: error.errorMessage, method: C.method, id: reply.id))
             }
             do {
-                let value = try decoder.decode(C.Reply.self, from: reply.param ?? .null)
-                return .success(C.output(from: value))
+                return .success(try decoder.decode(C.Reply.self, from: reply.param ?? .null))
             } catch {
                 return .failure(.badReply(method: C.method, id: reply.id, reason: "not a \(C.Reply.self): \(error)"))
             }

@@ -4,14 +4,34 @@ import RPCSchema
 ///
 /// `.server` is the daemon's own answer (an `error.error` counter-request); the other cases are
 /// the client's: the connection, the clock, or a reply it could not read.
+///
+/// Whether a failed call may have been applied:
+/// - never: `.notSent`, `.invalidCall`, `.connectFailed` (and `.server`: the daemon refused it);
+/// - maybe: `.outcomeUnknown` (its `key` lets you send it again safely), `.timedOut`, and
+///   `.cancelled` or `.connectionClosed` for a call that was in flight.
 public enum RPCClientError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The daemon answered the call with `error.error`.
     case server(code: RPCErrorCode, errorMessage: String, method: RPCMethod, id: String)
-    /// No connection could be made (refused, unreachable, connect timeout, unparsable address).
+    /// `RPCClient.connect` could not connect (refused, unreachable, connect timeout, unparsable
+    /// address), after every try its `ReconnectPolicy` allows. Only `connect` throws it; a call
+    /// that finds no connection fails with `.notSent`.
     case connectFailed(address: String, reason: String)
-    /// The connection closed before the reply came (daemon gone, reset, or the client was closed).
+    /// The call never left this process: no connection (it dropped and no reconnect policy is
+    /// set, every reconnect try failed, or none succeeded within the call's timeout), or the
+    /// connection was lost before the call's last byte was written. The daemon never saw it:
+    /// sending it again, read or mutation, is safe.
+    case notSent(address: String, method: RPCMethod, id: String, reason: String)
+    /// The call was sent, then the connection was lost before its reply, and it was not sent again
+    /// (no `RetryPolicy`, a mutation without a key, the policy's tries used up, or no reconnect
+    /// within its timeout): it may or may not have been applied. `key` is the idempotency key it
+    /// carried (nil for a read or an unkeyed call): `call(sameCall, key: key)` applies it at most
+    /// once and answers with the first outcome.
+    case outcomeUnknown(address: String, method: RPCMethod, id: String, key: String?, reason: String)
+    /// The client was closed by its owner (`close()`, or released) before the reply came, or
+    /// before the call was made. A call in flight then may or may not have been applied.
     case connectionClosed(address: String, method: RPCMethod?, id: String?, reason: String)
-    /// No reply within the call's timeout.
+    /// The call was sent and no reply came within its timeout: it may or may not have been applied.
+    /// (A call whose timeout ran out before it could be sent fails with `.notSent`.)
     case timedOut(method: RPCMethod, id: String, after: Duration)
     /// The call could not be sent: its param did not encode, or its id was already in flight.
     case invalidCall(method: RPCMethod, reason: String)
@@ -34,11 +54,18 @@ public enum RPCClientError: Error, Sendable, Equatable, CustomStringConvertible 
         return description
     }
 
+    /// The idempotency key of a call that failed with `.outcomeUnknown`, when it carried one.
+    public var key: String? {
+        if case .outcomeUnknown(_, _, _, let key, _) = self { return key }
+        return nil
+    }
+
     /// The method of the failed call, when the error belongs to one.
     public var method: RPCMethod? {
         switch self {
         case .server(_, _, let method, _), .timedOut(let method, _, _), .invalidCall(let method, _),
-            .badReply(let method, _, _), .cancelled(let method, _), .unimplemented(let method):
+            .badReply(let method, _, _), .cancelled(let method, _), .unimplemented(let method),
+            .notSent(_, let method, _, _), .outcomeUnknown(_, let method, _, _, _):
             return method
         case .connectionClosed(_, let method, _, _): return method
         case .connectFailed: return nil
@@ -48,7 +75,8 @@ public enum RPCClientError: Error, Sendable, Equatable, CustomStringConvertible 
     /// The id the call was sent with, when it got that far.
     public var id: String? {
         switch self {
-        case .server(_, _, _, let id), .timedOut(_, let id, _), .badReply(_, let id, _), .cancelled(_, let id):
+        case .server(_, _, _, let id), .timedOut(_, let id, _), .badReply(_, let id, _), .cancelled(_, let id),
+            .notSent(_, _, let id, _), .outcomeUnknown(_, _, let id, _, _):
             return id
         case .connectionClosed(_, _, let id, _): return id
         case .connectFailed, .invalidCall, .unimplemented: return nil
@@ -61,6 +89,11 @@ public enum RPCClientError: Error, Sendable, Equatable, CustomStringConvertible 
             return "\(method) (id \(id)) failed with \(code): \(message)"
         case .connectFailed(let address, let reason):
             return "could not connect to \(address): \(reason)"
+        case .notSent(let address, let method, let id, let reason):
+            return "\(method) (id \(id)) was not sent to \(address), so it was not applied: \(reason)"
+        case .outcomeUnknown(let address, let method, let id, let key, let reason):
+            let again = key.map { "; sending it again with key \"\($0)\" applies it at most once" } ?? ""
+            return "\(method) (id \(id)) was sent to \(address) but its reply never came, so it may or may not have been applied: \(reason)\(again)"
         case .connectionClosed(let address, let method?, let id?, let reason):
             return "connection to \(address) closed before the reply to \(method) (id \(id)) arrived: \(reason)"
         case .connectionClosed(let address, _, _, let reason):

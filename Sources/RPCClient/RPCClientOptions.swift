@@ -30,13 +30,21 @@ final class Counter: @unchecked Sendable {
     }
 }
 
-/// When the connection dropped, whether and how a later call reconnects first.
+/// Whether and how the client connects again after its connection dropped, and how the first
+/// `connect` waits for a daemon that is not up yet.
 ///
-/// Calls in flight when it dropped fail with `.connectionClosed` (they may or may not have been
-/// applied; the client does not resend them). The next call starts a reconnect: up to
-/// `maxAttempts` tries, waiting `initialDelay`, then `multiplier` times longer each time up to
-/// `maxDelay`. Calls made meanwhile wait for it (within their own timeout); if every try fails
-/// they fail with `.connectFailed`.
+/// Tries: up to `maxAttempts`, waiting `initialDelay`, then `multiplier` times longer each time up
+/// to `maxDelay`; each try is bounded by `RPCClientOptions.connectTimeout`.
+///
+/// - The first `RPCClient.connect` tries this way too (a peer that starts before rpcd waits for
+///   it), until the tries run out or `connectTimeout` has passed since `connect` began, whichever
+///   comes first; then it throws `.connectFailed`.
+/// - After a drop, the client reconnects as soon as a call waits for a connection: a call made
+///   meanwhile, or (with `RPCClientOptions.retry`) a call that was in flight. Calls wait within
+///   their own timeout; if every try fails they fail with `.notSent` (never sent, safe to retry)
+///   or `.outcomeUnknown` (sent before the drop).
+/// - Without a `RetryPolicy`, a call that was in flight when the connection dropped is not sent
+///   again: it fails at once with `.outcomeUnknown`.
 public struct ReconnectPolicy: Sendable, Equatable {
     public var maxAttempts: Int
     public var initialDelay: Duration
@@ -60,6 +68,12 @@ public struct ReconnectPolicy: Sendable, Equatable {
         let nanoseconds = seconds * 1e9
         return nanoseconds < 9.2e18 ? .nanoseconds(Int64(nanoseconds)) : maxDelay
     }
+
+    /// Tries for as long as a call waits (each call's timeout bounds its wait), from 20 ms apart
+    /// doubling to 1 s apart: what a `RetryPolicy` uses when `RPCClientOptions.reconnect` is nil.
+    /// The first `connect` is then bounded by `connectTimeout` alone.
+    public static let whileCallsWait = ReconnectPolicy(
+        maxAttempts: .max, initialDelay: .milliseconds(20), maxDelay: .seconds(1), multiplier: 2)
 }
 
 /// Who the client is to a daemon that asks (an auth file, a Unix socket without a role for this user).
@@ -73,12 +87,22 @@ public enum RPCCredentials: Sendable, Equatable {
 public struct RPCClientOptions: Sendable {
     /// Request ids (sequential by default).
     public var idGenerator: RPCIDGenerator
-    /// Timeout of a call made without one; nil = wait until the reply or the connection closes.
+    /// The idempotency key of each mutation (`C.isMutation`) called without one of its own: a
+    /// random prefix per generator and a counter by default. nil: mutations carry no key (for a
+    /// daemon older than keys, which refuses the `"key"` field), so one whose connection drops
+    /// after it was sent is never sent again, even with `retry`. Reads never carry a key.
+    public var keyGenerator: RPCKeyGenerator?
+    /// Timeout of a call made with `timeout: .default`; nil = wait until the reply or the
+    /// connection closes.
     public var defaultTimeout: Duration?
-    /// How long one connect try may take.
+    /// How long one connect try may take; also how long the first `connect` may take in all.
     public var connectTimeout: Duration
-    /// nil (the default): after the connection dropped, every later call fails with `.connectionClosed`.
+    /// nil (the default): one connect try, and after the connection dropped every later call fails
+    /// with `.notSent`; with `retry` set, `ReconnectPolicy.whileCallsWait`.
     public var reconnect: ReconnectPolicy?
+    /// nil (the default): a call in flight when the connection drops fails with `.outcomeUnknown`.
+    /// Set: it is sent again after the reconnect (reads as they are, mutations with their key).
+    public var retry: RetryPolicy?
     /// Longest reply line read (a long `listUsers` can be large); a longer one is dropped.
     public var maxFrameBytes: Int
     /// Requests buffered while the daemon does not read, before the connection is given up.
@@ -88,19 +112,28 @@ public struct RPCClientOptions: Sendable {
 
     public init(
         idGenerator: RPCIDGenerator = .sequential(),
+        keyGenerator: RPCKeyGenerator? = .random(),
         defaultTimeout: Duration? = .seconds(30),
         connectTimeout: Duration = .seconds(10),
         reconnect: ReconnectPolicy? = nil,
+        retry: RetryPolicy? = nil,
         maxFrameBytes: Int = 64 << 20,
         maxOutputBytes: Int = 64 << 20,
         credentials: RPCCredentials? = nil
     ) {
         self.credentials = credentials
         self.idGenerator = idGenerator
+        self.keyGenerator = keyGenerator
         self.defaultTimeout = defaultTimeout
         self.connectTimeout = connectTimeout
         self.reconnect = reconnect
+        self.retry = retry
         self.maxFrameBytes = maxFrameBytes
         self.maxOutputBytes = maxOutputBytes
+    }
+
+    /// The reconnect policy in force: `reconnect`, else `.whileCallsWait` when `retry` is set.
+    var reconnectPolicy: ReconnectPolicy? {
+        reconnect ?? (retry == nil ? nil : .whileCallsWait)
     }
 }

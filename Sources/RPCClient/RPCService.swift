@@ -12,19 +12,24 @@ import RPCSchema
 /// ```
 public struct RPCService: Sendable {
     /// Performs one call; returns its `Output` (type-erased). Every other member goes through it.
-    public var perform: @Sendable (_ call: any RPCCall, _ timeout: Duration?) async throws -> any Sendable
+    public var perform: @Sendable (_ call: any RPCCall, _ timeout: CallTimeout) async throws -> any Sendable
 
-    public init(perform: @escaping @Sendable (_ call: any RPCCall, _ timeout: Duration?) async throws -> any Sendable) {
+    public init(perform: @escaping @Sendable (_ call: any RPCCall, _ timeout: CallTimeout) async throws -> any Sendable) {
         self.perform = perform
     }
 
-    /// The typed call, as on `RPCClient`.
-    public func call<C: RPCCall>(_ call: C, timeout: Duration? = nil) async throws -> C.Output {
+    /// The typed call, as on `RPCClient` (a mutation gets a key from the client's options).
+    public func call<C: RPCCall>(_ call: C, timeout: CallTimeout = .default) async throws -> C.Output {
         let output = try await perform(call, timeout)
         guard let typed = output as? C.Output else {
             throw RPCClientError.badReply(method: C.method, id: "", reason: "the service returned a \(type(of: output)), not a \(C.Output.self)")
         }
         return typed
+    }
+
+    /// `call(_:timeout:)` with `timeout: .after(timeout)`.
+    public func call<C: RPCCall>(_ call: C, timeout: Duration) async throws -> C.Output {
+        try await self.call(call, timeout: .after(timeout))
     }
 
     /// Calls go to the daemon through `client`.

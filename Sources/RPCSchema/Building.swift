@@ -15,7 +15,7 @@ public struct Building: Codable, Hashable, Sendable {
 }
 
 /// One page of `building.listBuildings`: sorted by id; `next` is the last id returned when more remain.
-public struct BuildingPage: Codable, Hashable, Sendable {
+public struct BuildingPage: Codable, Hashable, Sendable, RPCPage {
     public var buildings: [Building]
     public var next: String?
 
@@ -74,7 +74,7 @@ public struct GetBuilding: RPCCall, Hashable {
     public init(buildingId: String) { self.buildingId = buildingId }
 }
 
-public struct ListBuildings: RPCCall, Hashable {
+public struct ListBuildings: RPCListCall, Hashable {
     public typealias Reply = BuildingPage
     public typealias Output = [Building]
     public static let method = RPCMethod("building", "listBuildings")

@@ -24,6 +24,19 @@ extension RPCCall where Output == Reply {
     public static func output(from reply: Reply) -> Output { reply }
 }
 
+/// A list method: records sorted by id, at most `limit` of them, with ids after `after`. Its reply
+/// is a page whose `next` says where the following page starts, so a client can walk every page
+/// (`client.pages(ListUsers(limit: 100))`) without knowing the entity.
+public protocol RPCListCall: RPCCall where Reply: RPCPage {
+    /// List records with ids after this one (nil: from the first).
+    var after: String? { get set }
+}
+
+/// One page of a list: `next` is the last id returned when more remain; nil on the last page.
+public protocol RPCPage: Sendable {
+    var next: String? { get }
+}
+
 /// The description of one param field, derived from the param type's `Decodable` conformance.
 public struct RPCField: Hashable, Sendable, Codable {
     public var name: String

@@ -12,7 +12,7 @@ public struct User: Codable, Hashable, Sendable {
 }
 
 /// One page of `user.listUsers`: sorted by id; `next` is the last id returned when more remain.
-public struct UserPage: Codable, Hashable, Sendable {
+public struct UserPage: Codable, Hashable, Sendable, RPCPage {
     public var users: [User]
     public var next: String?
 
@@ -73,7 +73,7 @@ public struct GetUser: RPCCall, Hashable {
     public init(userId: String) { self.userId = userId }
 }
 
-public struct ListUsers: RPCCall, Hashable {
+public struct ListUsers: RPCListCall, Hashable {
     public typealias Reply = UserPage
     public typealias Output = [User]
     public static let method = RPCMethod("user", "listUsers")

@@ -108,7 +108,7 @@ struct ClientTests {
         }
     }
 
-    @Test("a daemon killed mid-flight: the call fails fast with a connection error; later calls fail at once")
+    @Test("a daemon killed mid-flight: the call fails fast with .outcomeUnknown; later calls fail at once with .notSent")
     func killedMidFlight() async throws {
         let daemon = try DaemonProcess()
         defer { daemon.stop() }
@@ -122,14 +122,23 @@ struct ClientTests {
         daemon.kill()
         let result = await inFlight.result
         let elapsed = Date().timeIntervalSince(started)
-        guard case .failure(let error as RPCClientError) = result, case .connectionClosed = error else {
-            Issue.record("expected .connectionClosed, got \(result)")
+        guard case .failure(let error as RPCClientError) = result, case .outcomeUnknown(_, _, _, let key, _) = error else {
+            Issue.record("expected .outcomeUnknown, got \(result)")
             return
         }
         #expect(error.method == GetUser.method)
+        #expect(key == nil)  // a read carries no key
         #expect(elapsed < 5, "took \(elapsed) s to fail")
         let after = Date()
-        await #expect(throws: RPCClientError.self) { try await client.call(ListUsers()) }
+        do {
+            _ = try await client.call(ListUsers())
+            Issue.record("expected .notSent")
+        } catch let error as RPCClientError {
+            guard case .notSent = error else {
+                Issue.record("expected .notSent, got \(error)")
+                return
+            }
+        }
         #expect(Date().timeIntervalSince(after) < 1)
     }
 
@@ -220,7 +229,7 @@ struct ClientTests {
         await #expect(throws: RPCClientError.self) { try await plain.call(ListUsers()) }
     }
 
-    @Test("reconnect gives up after its tries with .connectFailed, well within the call's timeout")
+    @Test("reconnect gives up after its tries with .notSent, well within the call's timeout")
     func reconnectGivesUp() async throws {
         let daemon = try DaemonProcess()
         let policy = ReconnectPolicy(maxAttempts: 3, initialDelay: .milliseconds(20), maxDelay: .milliseconds(40))
@@ -233,10 +242,11 @@ struct ClientTests {
             _ = try await client.call(ListUsers(), timeout: .seconds(30))
             Issue.record("expected a failure")
         } catch let error as RPCClientError {
-            guard case .connectFailed = error else {
-                Issue.record("expected .connectFailed, got \(error)")
+            guard case .notSent(_, _, _, let reason) = error else {
+                Issue.record("expected .notSent, got \(error)")
                 return
             }
+            #expect(reason.hasPrefix("could not reconnect: ") && reason.hasSuffix("(after 3 tries)"), "\(reason)")
         }
         #expect(Date().timeIntervalSince(started) < 5)
     }
@@ -264,15 +274,15 @@ struct ClientTests {
         }
     }
 
-    @Test("a custom id generator names the requests on the wire")
+    @Test("a custom id generator names the requests on the wire, a custom key generator keys the mutations")
     func customIDs() async throws {
         let peer = try FakePeer()
-        let options = RPCClientOptions(idGenerator: .sequential(startingAt: 100, prefix: "app-"))
+        let options = RPCClientOptions(idGenerator: .sequential(startingAt: 100, prefix: "app-"), keyGenerator: RPCKeyGenerator { "k-1" })
         let client = try await RPCClient.connect(host: "127.0.0.1", port: peer.port, options: options)
         defer { client.close() }
         try await offPool { try peer.accept() }
         let call = Task { try await client.call(DeleteUser(userId: "u1"), timeout: .seconds(5)) }
-        #expect(try await offPool { try peer.readLine() } == #"{"id":"app-100","method":"user.deleteUser","param":{"userId":"u1"}}"#)
+        #expect(try await offPool { try peer.readLine() } == #"{"id":"app-100","method":"user.deleteUser","param":{"userId":"u1"},"key":"k-1"}"#)
         try peer.send(#"{"id":"app-100","method":"user.deleteUserResult","param":{"deleted":"u1"}}"# + "\n")
         #expect(try await call.value == Deleted(deleted: "u1"))
     }
