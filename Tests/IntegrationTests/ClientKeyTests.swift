@@ -115,8 +115,7 @@ struct ClientKeyTests {
     }
 
     @Test(
-        "the same caller key twice: applied once, both calls get the first result; another param is keyReused",
-        .disabled("needs the daemon side of issue 13"))
+        "the same caller key twice: applied once, both calls get the first result; another param is keyReused")
     func sameKeyTwice() async throws {
         try await withDaemonAsync { daemon in
             let client = try await RPCClient.connect(host: "127.0.0.1", port: daemon.port)

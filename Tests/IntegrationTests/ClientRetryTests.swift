@@ -240,8 +240,7 @@ struct ClientRetryTests {
     }
 
     @Test(
-        "a keyed create applied but whose reply was lost with its connection: the retry gets the first result, not conflict",
-        .disabled("needs the daemon side of issue 13"))
+        "a keyed create applied but whose reply was lost with its connection: the retry gets the first result, not conflict")
     func appliedThenRetried() async throws {
         try await withDaemonAsync { daemon in
             // The client talks to a fake peer; the test carries its lines to the real daemon by hand.
