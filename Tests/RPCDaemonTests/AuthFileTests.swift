@@ -88,6 +88,9 @@ struct AuthFileTests {
         #expect(lines.contains { $0.hasPrefix("auth:9: name \"nnn") }, "\(lines)")
         #expect(lines.contains("auth:10: role \"superuser\" is not one of read, write, replicate, admin"), "no suggestion when none is near: \(lines)")
         #expect(lines.allSatisfy { !$0.contains("\n") })
+        // A token in the role's column is not repeated (problems are logged on SIGHUP).
+        let token = "3f1c0a9be2d74c55a1e06f7d28b94c3e5a6b7c8d9e0f1a2b3c4d5e6f70819203"
+        #expect(problems("app \(token) \(good)") == ["auth:1: the role (64 characters) is not one of read, write, replicate, admin"])
     }
 
     @Test func notUTF8IsAProblemOfItsLine() {

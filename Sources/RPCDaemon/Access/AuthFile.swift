@@ -121,7 +121,9 @@ struct AuthFile: Sendable, Equatable {
     static func role(_ text: String) -> Result<RPCRole, Message> {
         if let role = RPCRole(rawValue: text) { return .success(role) }
         let hint = Suggestion.hint(for: text, among: RPCRole.allCases.map(\.rawValue))
-        return .failure(Message("role \"\(text.prefix(80))\" is not one of \(RPCRole.names)\(hint)"))
+        // A long value may be a token pasted into the wrong column: problems get logged, so it is not repeated.
+        let shown = text.utf8.count <= 16 ? "role \"\(text)\"" : "the role (\(text.utf8.count) characters)"
+        return .failure(Message("\(shown) is not one of \(RPCRole.names)\(hint)"))
     }
 
     struct Message: Error, Equatable, CustomStringConvertible {
