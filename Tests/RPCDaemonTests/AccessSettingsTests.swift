@@ -147,6 +147,19 @@ struct AccessSettingsTests {
         #expect(try Config.effective(ServeOptions(), environment: environment.merging(["RPCD_CONFIG": conf]) { $1 }).authFile == directory + "/auth")
     }
 
+    /// `rpcd auth add` without --file: auth_file of the config serve would read, else /etc/rpcd/auth.
+    @Test func authAddsDefaultFile() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let conf = directory + "/rpcd.conf"
+        try "auth_file = /srv/auth\n".write(toFile: conf, atomically: true, encoding: .utf8)
+        #expect(try AuthCommand.configuredPath(environment: ["RPCD_CONFIG": conf]).get() == "/srv/auth")
+        try "log_level = info\n".write(toFile: conf, atomically: true, encoding: .utf8)
+        #expect(try AuthCommand.configuredPath(environment: ["RPCD_CONFIG": conf]).get() == "/etc/rpcd/auth")
+        try "log_levle = info\n".write(toFile: conf, atomically: true, encoding: .utf8)
+        #expect(throws: Config.Problems.self) { try AuthCommand.configuredPath(environment: ["RPCD_CONFIG": conf]).get() }
+    }
+
     @Test func thePolicyLoadsTheAuthFile() throws {
         let directory = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
