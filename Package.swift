@@ -4,7 +4,7 @@ import PackageDescription
 // rpcd: a TCP RPC daemon. No package dependencies, by design: Foundation, Glibc, Dispatch and the
 // standard library only. Dependencies between modules point one way:
 //   RPCSchema <- RPCEntities <- RPCDaemon <- rpcd
-//   CRPCLinux <- RPCTransport <- RPCClient, RPCDaemon
+//   CRPCLinux <- RPCTransport <- RPCClient, RPCDaemon (which also takes getrandom from CRPCLinux)
 let package = Package(
     name: "rpcd",
     platforms: [.macOS(.v13)],
@@ -21,7 +21,7 @@ let package = Package(
         .target(name: "CRPCLinux"),
         .target(name: "RPCTransport", dependencies: ["CRPCLinux"]),
         .target(name: "RPCClient", dependencies: ["RPCSchema", "RPCTransport"]),
-        .target(name: "RPCDaemon", dependencies: ["RPCSchema", "RPCEntities", "RPCTransport", "RPCClient"]),
+        .target(name: "RPCDaemon", dependencies: ["RPCSchema", "RPCEntities", "RPCTransport", "RPCClient", "CRPCLinux"]),
         .executableTarget(name: "rpcd", dependencies: ["RPCDaemon"]),
         .executableTarget(name: "rpcbench", dependencies: ["RPCSchema", "RPCEntities", "RPCTransport", "CRPCLinux"]),
         .testTarget(name: "RPCSchemaTests", dependencies: ["RPCSchema"]),

@@ -28,6 +28,15 @@ public struct ServeOptions: Equatable, Sendable {
     public var maxConnections = 10_000
     /// Seconds without a complete request before a connection is closed. 0 = never.
     public var idleTimeout: Double = 300
+    /// The auth file (`auth_file`): peers on TCP authenticate with `system.auth`; nil: none (then
+    /// `Config.effective` takes `$CREDENTIALS_DIRECTORY/auth` if it exists).
+    public var authFile: String?
+    /// Without an auth file, refuse non-loopback peers on a non-loopback listener.
+    public var protectedMode = true
+    /// Roles for local peers on Unix sockets, by uid (user names resolved when read).
+    public var unixRoles: [UnixRole] = []
+    /// A follower's `NAME:TOKEN` file for its leader (`follow_auth_file`).
+    public var followAuthFile: String?
     /// `--config FILE`; nil: `$RPCD_CONFIG`, else `/etc/rpcd/rpcd.conf` if it exists (see `Config`).
     public var configPath: String?
     /// Config keys given as flags: they win over the config file.
@@ -62,7 +71,12 @@ public enum CommandLineParser {
           rpcd call [--timeout S] HOST:PORT METHOD [PARAM-JSON | -]
                                            send one request, print its counter-request (exit 0 result,
                                            1 error.error, 2 usage, connection error or timeout)
-          rpcd check-config FILE           check a settings file; print the effective settings or FILE:LINE errors
+          rpcd check-config FILE           check a settings file (and the auth_file it names); print the effective
+                                           settings or FILE:LINE errors
+          rpcd auth add NAME ROLE [--file PATH]
+                                           print a fresh token for a new principal once, and append its hashed
+                                           line to the auth file (default: auth_file of the config, else /etc/rpcd/auth)
+          rpcd auth check FILE             check an auth file; print its principals or FILE:LINE errors
           rpcd repair [--data-dir DIR] [--force]
                                            cut the damage out of a journal (keeps a backup); intact records
                                            after it, or an intact line out of sequence, need --force
@@ -100,6 +114,14 @@ public enum CommandLineParser {
                                    \(SettingRanges.describe(count: SettingRanges.maxConnections, zero: "no limit")))
           --idle-timeout SECONDS   close a connection with no I/O and no reply owed for that long (default 300;
                                    \(SettingRanges.describe(seconds: SettingRanges.idleTimeout, zero: "never")))
+          --auth-file PATH         principals that authenticate with system.auth, NAME ROLE SECRET-HASH per line
+                                   (rpcd auth add writes them); default none, or $CREDENTIALS_DIRECTORY/auth
+                                   if it exists (systemd's LoadCredential=auth:/etc/rpcd/auth)
+          --protected-mode yes|no  yes (default): without an auth file, a listener beyond loopback serves
+                                   loopback peers only; no: serve anyone who can reach it
+          --unix-roles LIST        roles for local peers on unix: sockets, by uid or user name, no token:
+                                   e.g. '0:admin, www-data:read' (default none)
+          --follow-auth-file PATH  a follower's NAME:TOKEN file, sent to its leader (default none)
           --config FILE            settings file (default $RPCD_CONFIG, else /etc/rpcd/rpcd.conf if present); flags win
           Sizes take a KiB, MiB, GiB or TiB suffix, durations ms, s, m or h; the config file takes the same
           ranges. A value out of range is a usage error (exit 2).
@@ -185,6 +207,12 @@ public enum CommandLineParser {
                 options.maxInputBytes = try checked(flag, try value()) { ConfigValue.bytes($0, in: SettingRanges.maxInputBytes) }
             case "--compact-after-bytes":
                 options.compactAfterBytes = try checked(flag, try value()) { ConfigValue.bytes($0, in: SettingRanges.compactAfterBytes) }
+            case "--auth-file", "--protected-mode", "--unix-roles", "--follow-auth-file":
+                let text = try value()
+                guard let key = AccessSettings.flags[flag], !(text.isEmpty && flag.hasSuffix("-file")) else {
+                    throw UsageError("\(flag) needs a PATH; see rpcd --help")
+                }
+                if let problem = AccessSettings.apply(key, text, to: &options) { throw UsageError("\(flag) '\(text)' \(problem.reason)") }
             default:
                 throw UsageError("unknown option '\(argument)' for serve; see rpcd --help")
             }
@@ -200,7 +228,7 @@ public enum CommandLineParser {
         "--max-connections": "max_connections", "--idle-timeout": "idle_timeout",
         "--max-input-bytes": "max_input_bytes", "--compact-after-bytes": "compact_after_bytes",
         "--idempotency-keys": "idempotency_keys", "--idempotency-window": "idempotency_window",
-    ]
+    ].merging(AccessSettings.flags) { first, _ in first }
 
     /// `text` parsed and range-checked by `parse`, or a usage error naming the flag, the value and the range.
     static func checked<T>(

@@ -13,7 +13,7 @@ public enum Config {
     public static let keys = [
         "listen", "data_dir", "fsync", "compact_after_bytes", "max_frame_bytes", "max_output_bytes", "max_input_bytes",
         "max_connections", "idle_timeout", "idempotency_keys", "idempotency_window", "log_level",
-    ]
+    ] + AccessSettings.keys
     /// Keys that may appear more than once (each adds a value).
     static let repeatable: Set<String> = ["listen"]
 
@@ -31,13 +31,17 @@ public enum Config {
         return FileManager.default.fileExists(atPath: systemPath) ? (systemPath, false) : nil
     }
 
-    /// The effective settings: defaults, then the file (if any), then the keys set by flags.
+    /// The effective settings: defaults, then the file (if any), then the keys set by flags; then,
+    /// if neither set `auth_file`, systemd's credential `$CREDENTIALS_DIRECTORY/auth` if it exists.
     public static func effective(
         _ flags: ServeOptions, environment: [String: String] = ProcessInfo.processInfo.environment
     ) throws(Problems) -> ServeOptions {
-        guard let (path, _) = path(for: flags, environment: environment) else { return flags }
-        var options = try load(path: path)
-        merge(flags, into: &options)
+        var options = flags
+        if let (path, _) = path(for: flags, environment: environment) {
+            options = try load(path: path)
+            merge(flags, into: &options)
+        }
+        if options.authFile == nil { options.authFile = AccessSettings.credentialAuthFile(environment: environment) }
         return options
     }
 
@@ -136,7 +140,7 @@ public enum Config {
             guard let level = LogLevel(name: value) else { return "log_level \"\(value)\" is not one of debug, info, warning, error" }
             options.logLevel = level
         default:
-            return "unknown key \"\(key)\""
+            if let problem = AccessSettings.apply(key, value, to: &options) { return "\(key) \"\(value)\" \(problem.reason)" }
         }
         return nil
     }
@@ -157,7 +161,7 @@ public enum Config {
             case "max_connections": options.maxConnections = flags.maxConnections
             case "idle_timeout": options.idleTimeout = flags.idleTimeout
             case "log_level": options.logLevel = flags.logLevel
-            default: break
+            default: _ = AccessSettings.merge(key, from: flags, into: &options)
             }
         }
         options.configPath = flags.configPath
@@ -178,6 +182,7 @@ public enum Config {
         lines.append("max_connections = \(options.maxConnections)")
         lines.append("idle_timeout = \(ConfigValue.render(seconds: options.idleTimeout))")
         lines.append("log_level = \(options.logLevel)")
+        lines += AccessSettings.render(options)
         return lines.joined(separator: "\n") + "\n"
     }
 

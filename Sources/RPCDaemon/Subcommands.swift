@@ -2,6 +2,7 @@
 /// arguments; it returns the exit status (2 for usage errors, with one line on stderr).
 enum Subcommands {
     static let all: [String: @Sendable ([String]) -> Int32] = [
+        "auth": AuthCommand.run,
         "call": CallCommand.run,
         "check-config": CheckConfigCommand.run,
         "journal": JournalCommand.run,

@@ -3,7 +3,9 @@
 # rpcd exactly as README's "Install as a service" block says, and drives the shipped units:
 # socket activation, READY=1, STATUS=, restart keeps data, clean stop, torn-tail warning in the
 # journal, a bad config fails with status 2 and no restart, the watchdog restarts a stopped daemon,
-# and `systemd-analyze security` in the live system.
+# the socket's IPAddressDeny= drops a non-loopback peer (a dummy interface in the container), the
+# auth file reaches the service as a credential (README's commands), and `systemd-analyze
+# security` in the live system.
 #
 # Root only (prints why it skips otherwise). Needs debootstrap and systemd-container (installed
 # here when missing). The Debian root is cached under /var/tmp/rpcd-systemd; each run boots a
@@ -159,6 +161,8 @@ check "rpcd.service is inactive until the first connection" test "$(active rpcd.
 check "system.ping over 127.0.0.1:7878 inside the container" pings
 check "the service is active (running) after READY=1" test "$(prop rpcd.service ActiveState)/$(prop rpcd.service SubState)" = active/running
 check "systemctl status shows the STATUS= line" status_line
+check "with nothing in the credential store, the service runs without the auth credential" \
+    inside 'test ! -e /run/credentials/rpcd.service/auth'
 
 ask '{"id":"c","method":"user.createUser","param":{"id":"u1","name":"Ada","email":"ada@example.com"}}' >/dev/null
 inside 'systemctl restart rpcd.service'
@@ -197,6 +201,35 @@ restarted() { local now; now=$(prop rpcd.service MainPID); [ "$now" != "$first" 
 check "the watchdog kills and restarts a SIGSTOPped daemon" wait_for 20 restarted
 check "... and says so in the journal" watchdog_logged
 inside 'rm -r /etc/systemd/system/rpcd.service.d && systemctl daemon-reload'
+
+# IPAddressDeny= in rpcd.socket: a peer on a non-loopback address (10.99.0.1, added to the
+# container's lo with the host's ip, as no dummy or veth module may be at hand) cannot even connect,
+# since the socket unit's filter drops its packets; widened, rpcd itself refuses it (protected mode).
+nsenter -t "$leader" -n -- ip addr add 10.99.0.1/32 dev lo
+listen_any() {  # listen_any [EXTRA-SOCKET-LINE]: rpcd.socket on every address
+    inside "mkdir -p /etc/systemd/system/rpcd.socket.d && printf '[Socket]\nListenStream=\nListenStream=0.0.0.0:7878\n$1\n' > /etc/systemd/system/rpcd.socket.d/any.conf && systemctl daemon-reload && systemctl stop rpcd.service && systemctl restart rpcd.socket"
+}
+from_outside() { inside "printf '%s\n' '$ping_line' | nc -v -N -w 3 -s 10.99.0.1 10.99.0.1 7878 2>&1" || true; }
+listen_any ''
+outside_dropped() { local out; out=$(from_outside); [[ $out == *"timed out"* && $out != *succeeded* ]] || { echo "$out"; false; }; }
+check "the socket's IPAddressDeny= drops a peer on a non-loopback address (its connect times out)" outside_dropped
+check "... while a loopback peer is served on the same socket" pings
+listen_any 'IPAddressAllow=10.99.0.0/24'
+outside_refused() { from_outside | grep -q '"code":"unauthorized"'; }
+check "... and with IPAddressAllow= widened, protected mode answers it with unauthorized" outside_refused
+inside 'rm -r /etc/systemd/system/rpcd.socket.d && systemctl daemon-reload && systemctl stop rpcd.service && systemctl restart rpcd.socket'
+
+# The auth file as a systemd credential, with README's commands verbatim (sudo dropped).
+credential_block=$(sed -n '/<!-- auth-credential -->/,/^```$/p' README.md | sed '1,2d;$d' | sed 's/^sudo //')
+[ -n "$credential_block" ] || { say "README has no <!-- auth-credential --> block"; exit 1; }
+inside "cd /root && set -e && $credential_block" >"$run/credential.log" 2>&1 || { cat "$run/credential.log"; say "FAILED: README's credential commands"; failures=$((failures + 1)); }
+pings >/dev/null || true  # starts the service if the restart left it waiting for a connection
+check "README's credential commands: the service sees /etc/rpcd/auth as \$CREDENTIALS_DIRECTORY/auth" \
+    inside 'cmp /etc/rpcd/auth /run/credentials/rpcd.service/auth && grep -qx "CREDENTIALS_DIRECTORY=/run/credentials/rpcd.service" <(tr "\0" "\n" < /proc/$(systemctl show -P MainPID rpcd.service)/environ)'
+check "... readable by the service's dynamic user alone (mode 0400), while /etc/rpcd/auth stays root's 0600" \
+    inside 'test "$(stat -c %u:%a /run/credentials/rpcd.service/auth)" = "$(stat -c %u /proc/$(systemctl show -P MainPID rpcd.service)):400" && test "$(stat -c %U:%a /etc/rpcd/auth)" = root:600'
+check "... and app.token holds the token whose SHA-256 is app's line" \
+    inside 'grep -qx "app write $(tr -d "\n" < /root/app.token | sha256sum | cut -c1-64)" /etc/rpcd/auth'
 
 exposure=$(inside 'systemd-analyze security rpcd.service --no-pager' | sed -n 's/.*Overall exposure level for rpcd.service: \([0-9.]*\).*/\1/p')
 check "systemd-analyze security rpcd.service in the live system is ${exposure:-unknown} (at most 1.5)" \

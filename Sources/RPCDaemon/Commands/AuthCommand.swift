@@ -1,0 +1,177 @@
+import Foundation
+import RPCSchema
+import RPCTransport
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `rpcd auth add NAME ROLE [--file PATH]` and `rpcd auth check FILE`: the operator's side of the
+/// auth file (`AuthFile`).
+///
+/// - `add` prints a fresh token once on stdout (nothing else goes there, so
+///   `rpcd auth add app write > app.token` keeps it) and appends `NAME ROLE SHA-256(token)` to
+///   the file, creating it with mode 0600. The file: `--file`, else `auth_file` of the config
+///   `serve` would read, else `/etc/rpcd/auth`. A name already in the file is refused (exit 1);
+///   so is a file with problems, which is left as it was.
+/// - `check` prints the principals (names and roles, never hashes) or `FILE:LINE` problems (exit 2,
+///   like a bad config file).
+///
+/// Usage errors exit 2 with one line.
+enum AuthCommand {
+    static let usage = "usage: rpcd auth add NAME ROLE [--file PATH] | rpcd auth check FILE"
+    static let defaultPath = "/etc/rpcd/auth"
+
+    static func run(_ arguments: [String]) -> Int32 {
+        guard let action = arguments.first else { return usageError("auth needs add or check") }
+        let rest = Array(arguments.dropFirst())
+        if action == "--help" || action == "-h" || rest.contains("--help") || rest.contains("-h") {
+            print(usage)
+            return 0
+        }
+        switch action {
+        case "add": return add(rest)
+        case "check": return check(rest)
+        default: return usageError("unknown auth command '\(action)'")
+        }
+    }
+
+    // MARK: add
+
+    static func add(_ arguments: [String]) -> Int32 {
+        var positional: [String] = []
+        var file: String?
+        var rest = arguments[...]
+        while let argument = rest.popFirst() {
+            if argument == "--file" || argument.hasPrefix("--file=") {
+                let value = argument == "--file" ? rest.popFirst() : String(argument.dropFirst("--file=".count))
+                guard let value, !value.isEmpty else { return usageError("--file needs a PATH") }
+                file = value
+            } else if argument.hasPrefix("-") && argument != "-" {
+                return usageError("unknown option '\(argument)' for auth add")
+            } else {
+                positional.append(argument)
+            }
+        }
+        guard positional.count == 2 else { return usageError("auth add needs NAME and ROLE, e.g. rpcd auth add app write") }
+        let name = positional[0]
+        if let problem = AuthFile.nameProblem(name) { return usageError(problem) }
+        let role: RPCRole
+        switch AuthFile.role(positional[1]) {
+        case .success(let value): role = value
+        case .failure(let message): return usageError("\(message)")
+        }
+        let path: String
+        if let file {
+            path = file
+        } else {
+            switch configuredPath() {
+            case .success(let configured): path = configured
+            case .failure(let problems):
+                for line in problems.lines { LogSink.stderr.write("rpcd: \(line)\n") }
+                LogSink.stderr.write("rpcd: auth add reads auth_file from that config; fix it, or give --file PATH\n")
+                return 2
+            }
+        }
+        do {
+            let token = try append(name: name, role: role, to: path)
+            print(token)
+            LogSink.stderr.write(
+                "rpcd: added \"\(name)\" (role \(role.rawValue)) to \(path); the token above is shown only now. Reload rpcd to admit it "
+                    + "(kill -HUP its pid; under systemd, which copies the file at start: systemctl restart rpcd)\n")
+            return 0
+        } catch {
+            LogSink.stderr.write("rpcd: \(error.message)\n")
+            return 1
+        }
+    }
+
+    /// `auth_file` of the config `serve` would read (`$RPCD_CONFIG`, else /etc/rpcd/rpcd.conf if
+    /// present), else `/etc/rpcd/auth`.
+    static func configuredPath(environment: [String: String] = ProcessInfo.processInfo.environment) -> Result<String, Config.Problems> {
+        guard let (config, _) = Config.path(for: ServeOptions(), environment: environment) else { return .success(defaultPath) }
+        return Result { () throws(Config.Problems) in try Config.load(path: config).authFile ?? defaultPath }
+    }
+
+    /// Why `add` changed nothing: one line.
+    struct Failure: Error {
+        var message: String
+    }
+
+    /// Appends a principal with a fresh token to `path` (created with mode 0600 if missing) and
+    /// returns the token. The file is locked while it is read and appended to, so two `add`s at
+    /// once do not both take a name.
+    static func append(name: String, role: RPCRole, to path: String) throws(Failure) -> String {
+        let fd: Int32
+        var created = false
+        do {
+            do {
+                fd = try FileIO.open(path, O_WRONLY | O_APPEND | O_CREAT | O_EXCL, mode: 0o600)
+                created = true
+            } catch where error.code == EEXIST {
+                fd = try FileIO.open(path, O_WRONLY | O_APPEND)
+            }
+        } catch {
+            let hint = error.code == ENOENT
+                ? "create its directory first (e.g. install -d -m 0755 \((path as NSString).deletingLastPathComponent))"
+                : "run as its owner (root for \(defaultPath)), or give --file PATH"
+            throw Failure(message: "cannot open the auth file \(path) (\(error)); \(hint)")
+        }
+        defer { FileIO.close(fd) }
+        do {
+            guard try FileIO.tryLock(fd, path: path) else {
+                throw Failure(message: "\(path) is locked by another rpcd auth add; try again")
+            }
+            let existing = try FileIO.readAll(path) ?? []
+            let file: AuthFile
+            do {
+                file = try AuthFile(path: path, bytes: existing)
+            } catch {
+                throw Failure(message: "\(error.lines.joined(separator: "; ")); fix the file first (rpcd auth check \(path)), nothing was added")
+            }
+            if let taken = file.principals[name] {
+                throw Failure(message: "\(path):\(taken.line): \"\(name)\" is already a principal; pick another name, or delete that line to give it a new token")
+            }
+            let token: String
+            do {
+                token = try Token.generate()
+            } catch {
+                throw Failure(message: "cannot get random bytes (\(error)); nothing was added")
+            }
+            let separator = existing.isEmpty || existing.last == UInt8(ascii: "\n") ? "" : "\n"
+            try FileIO.writeAll(fd, Array((separator + AuthFile.line(name: name, role: role, token: token) + "\n").utf8), path: path)
+            try FileIO.sync(fd, path: path)
+            if created {
+                let directory = (path as NSString).deletingLastPathComponent
+                try FileIO.syncDirectory(directory.isEmpty ? "." : directory)
+            }
+            return token
+        } catch let failure as Failure {
+            throw failure
+        } catch {
+            throw Failure(message: "cannot write the auth file \(path): \(error)")
+        }
+    }
+
+    // MARK: check
+
+    static func check(_ arguments: [String]) -> Int32 {
+        guard arguments.count == 1, let path = arguments.first, !path.hasPrefix("-") else {
+            return usageError("auth check needs one FILE, e.g. rpcd auth check /etc/rpcd/auth")
+        }
+        do {
+            let file = try AuthFile.load(path: path)
+            print("# \(path): OK; \(file.principals.count) principal\(file.principals.count == 1 ? "" : "s") (NAME ROLE):")
+            for name in file.names { print("\(name) \(file.principals[name]!.role.rawValue)") }
+            return 0
+        } catch {
+            for line in error.lines { LogSink.stderr.write("\(line)\n") }
+            return 2
+        }
+    }
+
+    private static func usageError(_ message: String) -> Int32 {
+        LogSink.stderr.write("rpcd: \(message); \(usage)\n")
+        return 2
+    }
+}

@@ -1,0 +1,142 @@
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `rpcd auth add|check` and `rpcd check-config` on the auth file, with the real binary.
+@Suite(.serialized)
+struct AuthCommandTests {
+    private func temporaryDirectory() throws -> String {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("rpcd-auth-it-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        return path
+    }
+
+    /// SHA-256 by coreutils, independently of rpcd's own.
+    private func sha256sum(_ text: String) throws -> String {
+        let outcome = try runProcess(URL(fileURLWithPath: "/usr/bin/sha256sum"), [], stdin: text)
+        return String(outcome.stdout.prefix(64))
+    }
+
+    private func mode(_ path: String) -> mode_t {
+        var info = stat()
+        return stat(path, &info) == 0 ? info.st_mode & 0o777 : 0
+    }
+
+    @Test func addPrintsATokenOnceAndAppendsItsHash() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let path = directory + "/auth"
+        let rpcd = try Binaries.rpcd()
+
+        let first = try runProcess(rpcd, ["auth", "add", "app", "write", "--file", path])
+        #expect(first.status == 0, "\(first.stderr)")
+        let token = first.stdout.trimmingCharacters(in: .newlines)
+        #expect(first.stdout == token + "\n", "stdout holds the token and nothing else")
+        #expect(token.count == 64 && token.allSatisfy { $0.isHexDigit && !$0.isUppercase }, "\(token)")
+        #expect(first.stderr.contains("added \"app\" (role write) to \(path)") && !first.stderr.contains(token))
+        #expect(mode(path) == 0o600, "created with mode 0600, found \(String(mode(path), radix: 8))")
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        #expect(text == "app write \(try sha256sum(token))\n", "the line holds SHA-256(token): \(text)")
+        #expect(!text.contains(token))
+
+        // A second principal: another token, appended; the first line stays.
+        let second = try runProcess(rpcd, ["auth", "add", "--file=\(path)", "follower-1", "replicate"])
+        let other = second.stdout.trimmingCharacters(in: .newlines)
+        #expect(second.status == 0 && other.count == 64 && other != token)
+        #expect(try String(contentsOfFile: path, encoding: .utf8)
+            == "app write \(try sha256sum(token))\nfollower-1 replicate \(try sha256sum(other))\n")
+
+        // The same name again: refused with one line, exit 1, the file unchanged.
+        let before = try String(contentsOfFile: path, encoding: .utf8)
+        let duplicate = try runProcess(rpcd, ["auth", "add", "app", "read", "--file", path])
+        #expect(duplicate.status == 1 && duplicate.stdout.isEmpty, "\(duplicate)")
+        #expect(duplicate.stderr == "rpcd: \(path):1: \"app\" is already a principal; pick another name, or delete that line to give it a new token\n")
+        #expect(try String(contentsOfFile: path, encoding: .utf8) == before)
+
+        // A file without a final newline gets one before the new line.
+        try (before + "# no newline").write(toFile: path, atomically: true, encoding: .utf8)
+        let third = try runProcess(rpcd, ["auth", "add", "ops", "admin", "--file", path])
+        #expect(third.status == 0)
+        #expect(try String(contentsOfFile: path, encoding: .utf8).hasSuffix("# no newline\nops admin \(try sha256sum(third.stdout.trimmingCharacters(in: .newlines)))\n"))
+
+        let check = try runProcess(rpcd, ["auth", "check", path])
+        #expect(check.status == 0 && check.stdout == "# \(path): OK; 3 principals (NAME ROLE):\napp write\nfollower-1 replicate\nops admin\n", "\(check)")
+    }
+
+    @Test func addRefusesUsageErrorsAndBrokenFiles() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let path = directory + "/auth"
+        let rpcd = try Binaries.rpcd()
+        for arguments in [
+            ["auth"], ["auth", "remove", "x"], ["auth", "add", "app"], ["auth", "add", "app", "write", "extra", "--file", path],
+            ["auth", "add", "app", "amdin", "--file", path], ["auth", "add", "bad name", "read", "--file", path],
+            ["auth", "add", "app", "read", "--file"], ["auth", "add", "app", "read", "--bogus"], ["auth", "check"],
+        ] {
+            let outcome = try runProcess(rpcd, arguments)
+            #expect(outcome.status == 2 && outcome.stdout.isEmpty, "\(arguments): \(outcome)")
+            #expect(outcome.stderr.hasPrefix("rpcd: ") && outcome.stderr.filter { $0 == "\n" }.count == 1, "\(arguments): \(outcome.stderr)")
+        }
+        let typo = try runProcess(rpcd, ["auth", "add", "app", "amdin", "--file", path])
+        #expect(typo.stderr.contains("did you mean \"admin\"?"))
+        #expect(!FileManager.default.fileExists(atPath: path), "no usage error creates the file")
+
+        try "app write 1234\n".write(toFile: path, atomically: true, encoding: .utf8)
+        let broken = try runProcess(rpcd, ["auth", "add", "ops", "admin", "--file", path])
+        #expect(broken.status == 1 && broken.stdout.isEmpty, "no token for a principal that was not added")
+        #expect(broken.stderr.hasPrefix("rpcd: \(path):1: the secret hash of \"app\""), "\(broken.stderr)")
+        #expect(try String(contentsOfFile: path, encoding: .utf8) == "app write 1234\n")
+        let check = try runProcess(rpcd, ["auth", "check", path])
+        #expect(check.status == 2 && check.stderr.hasPrefix("\(path):1: the secret hash of \"app\""), "\(check)")
+
+        let missingDirectory = try runProcess(rpcd, ["auth", "add", "ops", "admin", "--file", directory + "/nope/auth"])
+        #expect(missingDirectory.status == 1 && missingDirectory.stderr.contains("create its directory first"), "\(missingDirectory)")
+    }
+
+    @Test func checkConfigNamesABadAuthFileLine() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let auth = directory + "/auth"
+        let conf = directory + "/rpcd.conf"
+        let rpcd = try Binaries.rpcd()
+        try "auth_file = \(auth)\n".write(toFile: conf, atomically: true, encoding: .utf8)
+        let token = try runProcess(rpcd, ["auth", "add", "app", "write", "--file", auth]).stdout.trimmingCharacters(in: .newlines)
+        let good = try runProcess(rpcd, ["check-config", conf])
+        #expect(good.status == 0 && good.stdout.contains("\nauth_file = \(auth)\n"), "\(good)")
+        #expect(good.stdout.contains("# auth_file \(auth): OK; 1 principal(s): app"), "\(good.stdout)")
+        let hash = try sha256sum(token)
+        #expect(!good.stdout.contains(token) && !good.stdout.contains(hash))
+
+        let file = try String(contentsOfFile: auth, encoding: .utf8)
+        try (file + "\n# ops\nops admn \(try sha256sum("x"))\napp read \(try sha256sum("y"))\n").write(toFile: auth, atomically: true, encoding: .utf8)
+        let bad = try runProcess(rpcd, ["check-config", conf])
+        #expect(bad.status == 2, "a bad auth file is a bad config: \(bad)")
+        let lines = bad.stderr.split(separator: "\n").map(String.init)
+        #expect(lines == [
+            "\(auth):4: role \"admn\" is not one of read, write, replicate, admin; did you mean \"admin\"?",
+            "\(auth):5: name \"app\" is already on line 1; keep one line per name",
+        ], "\(bad.stderr)")
+
+        try "auth_file = \(directory)/missing\n".write(toFile: conf, atomically: true, encoding: .utf8)
+        let missing = try runProcess(rpcd, ["check-config", conf])
+        #expect(missing.status == 2 && missing.stderr.hasPrefix("\(directory)/missing: no such auth file"), "\(missing)")
+    }
+
+    @Test func checkConfigReadsTheFollowerCredentialsWithoutShowingTheToken() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let follow = directory + "/follow"
+        let conf = directory + "/rpcd.conf"
+        try "follow_auth_file = \(follow)\n".write(toFile: conf, atomically: true, encoding: .utf8)
+        try "follower-1:s3cr3t-t0ken\n".write(toFile: follow, atomically: true, encoding: .utf8)
+        let good = try runProcess(try Binaries.rpcd(), ["check-config", conf])
+        #expect(good.status == 0 && good.stdout.contains("# follow_auth_file \(follow): OK; authenticates as follower-1"), "\(good)")
+        #expect(!good.stdout.contains("s3cr3t") && !good.stderr.contains("s3cr3t"))
+        try "s3cr3t-t0ken\n".write(toFile: follow, atomically: true, encoding: .utf8)
+        let bad = try runProcess(try Binaries.rpcd(), ["check-config", conf])
+        #expect(bad.status == 2 && bad.stderr.hasPrefix("\(follow):1: expected NAME:TOKEN"), "\(bad)")
+        #expect(!bad.stderr.contains("s3cr3t"))
+    }
+}
