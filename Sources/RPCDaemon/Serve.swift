@@ -39,9 +39,22 @@ extension Daemon {
             addresses.append(address)
         }
 
+        // Access: the auth file is read now, so a bad one fails the start (exit 2, FILE:LINE).
+        let policy: AccessPolicy
+        do {
+            policy = try AccessPolicy.load(options)
+        } catch {
+            for line in error.lines { LogSink.stderr.write("rpcd: \(line)\n") }
+            return 2
+        }
+        let reloader = policy.authFile.map(AuthReloader.init)
+
         // State: lock the data directory, replay the snapshot and journal, open the journal.
         guard let (state, journal) = openState(options, log: log) else { return 1 }
         let context = DaemonContext(log: log)
+        if let reloader {
+            context.setAuthenticator { name, token in reloader.authenticate(name: name, token: token)?.role }
+        }
         let dispatcher = Dispatcher(state: state, log: journal, context: context, onCounterRequest: { request in
             log.debug("counter-request \(request.method) id \(request.id) received; not answered")
         })
@@ -58,7 +71,7 @@ extension Daemon {
                 limits: Connection.Limits(maxFrameBytes: options.maxFrameBytes, maxOutputBytes: options.maxOutputBytes),
                 loopCount: ProcessInfo.processInfo.activeProcessorCount, log: log,
                 maxConnections: options.maxConnections, idleTimeout: options.idleTimeout, maxInputBytes: options.maxInputBytes,
-                journalStats: { journal.stats() })
+                access: policy.connectionAccess, journalStats: { journal.stats() })
             context.attach(server)
         } catch {
             log.error("cannot start the event loops: \(error); raise the open-file limit (LimitNOFILE)")
@@ -72,6 +85,7 @@ extension Daemon {
             log.error("cannot listen: \(error); pick a free address with --listen HOST:PORT (port 0 picks a free port)")
             return 1
         }
+        log.info("access: \(policy.summary)")
         log.info(
             "rpcd \(CommandLineParser.version) serving; config \(Config.path(for: flags, environment: environment)?.path ?? "none (defaults)"), "
                 + "data dir \(options.dataDir), max_connections \(options.maxConnections), idle_timeout \(ConfigValue.render(seconds: options.idleTimeout)) s; "
@@ -80,7 +94,12 @@ extension Daemon {
         systemd.startHeartbeat(server)
 
         // SIGHUP: reload; SIGTERM, SIGINT: shutdown, in reverse order of the start.
-        let reload = ReloadHook()
+        var steps: [ReloadHook.Step] = []
+        if let reloader {
+            // Principals removed from the file, or whose role or token changed, lose their connections.
+            steps.append(reloader.step { revoked in server.close(principals: Set(revoked)) })
+        }
+        let reload = ReloadHook(steps: steps)
         signals.onSignal { signal in
             if signal == SIGHUP { return reload.reload(log: log) }
             systemd.stopping()

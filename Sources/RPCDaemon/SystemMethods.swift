@@ -60,7 +60,7 @@ final class DaemonContext: ServiceContext, @unchecked Sendable {
             log.info("\(peer): authenticated as \"\(name.prefix(64))\" (role \(role.rawValue))")
             return role
         }
-        log.warning(key: "auth-failure", "\(peer): system.auth failed for name \"\(name.prefix(64))\"")
+        log.warning("\(peer): system.auth failed for name \"\(name.prefix(64))\"")
         return nil
     }
 }

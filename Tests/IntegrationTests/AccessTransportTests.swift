@@ -106,3 +106,55 @@ struct ProtectedModeTests {
         #expect(try local.request(#"{"id":"2","method":"user.listUsers"}"#).contains("listUsersResult"))
     }
 }
+
+@Suite("access control: Unix users and protected mode off", .serialized)
+struct UnixRoleTests {
+    @Test("unix_roles grants a role by uid with no token; another uid gets unauthorized")
+    func rolesByUID() throws {
+        guard getuid() == 0, let nc = Binaries.onPath("nc"), let setpriv = Binaries.onPath("setpriv") else {
+            print("unix_roles test skipped: needs root (to run a client as another uid), nc and setpriv")
+            return
+        }
+        let path = AccessTransportTests.tempPath("roles.sock")
+        let daemon = try DaemonProcess(listen: ["127.0.0.1:0", "unix:\(path)"], extraArguments: ["--unix-roles", "root:read"], expectedListeners: 1)
+        defer { daemon.stop() }
+        #expect(daemon.stderrEventually(contains: "listening on unix:\(path)"))
+        // Root (uid 0) reads without a token, and may not write.
+        let read = try unixRequest(path, #"{"id":"1","method":"user.listUsers"}"#)
+        #expect(read?.contains("listUsersResult") == true, "\(read ?? "EOF")")
+        let write = try unixRequest(path, #"{"id":"2","method":"user.createUser","param":{"id":"x","name":"X","email":"x@x"}}"#)
+        #expect(write?.contains(#""code":"forbidden""#) == true, "\(write ?? "EOF")")
+        // uid 65534 has no role: only ping and auth. (The socket is 0660 root's; open it for the test.)
+        chmod(path, 0o666)
+        let other = try runProcess(
+            URL(fileURLWithPath: setpriv), ["--reuid=65534", "--regid=65534", "--clear-groups", nc, "-N", "-U", path],
+            stdin: #"{"id":"3","method":"user.listUsers"}"# + "\n" + #"{"id":"4","method":"system.ping"}"# + "\n", timeout: 10)
+        #expect(other.stdout.contains(#""code":"unauthorized""#) && other.stdout.contains("pingResult"), "\(other.stdout) \(other.stderr)")
+    }
+
+    @Test("protected_mode = no serves a non-loopback peer; with an auth file it must authenticate first")
+    func protectedModeOffAndTokens() throws {
+        let (made, reason) = TestNetwork.make()
+        guard let network = made else {
+            print("protected mode test skipped: \(reason)")
+            return
+        }
+        let open = try DaemonProcess(listen: ["\(network.hostAddress):0"], extraArguments: ["--protected-mode", "no"])
+        let served = try network.request(host: network.hostAddress, port: open.port, #"{"id":"1","method":"user.listUsers"}"#)
+        #expect(served.contains("listUsersResult"), "\(served)")
+        #expect(open.stderrEventually(contains: "protected_mode = no"), "\(open.stderrTail())")
+        open.stop()
+
+        let principals = try TestPrincipals()
+        defer { principals.cleanUp() }
+        let guarded = try DaemonProcess(listen: ["\(network.hostAddress):0"], extraArguments: ["--auth-file", principals.file])
+        defer { guarded.stop() }
+        let lines = [#"{"id":"1","method":"user.listUsers"}"#, principals.authLine("read", id: "2"), #"{"id":"3","method":"user.listUsers"}"#]
+        let reply = try network.request(host: network.hostAddress, port: guarded.port, lines.joined(separator: "\n"))
+        let got = reply.split(separator: "\n")
+        #expect(got.count == 3, "\(reply)")
+        if got.count == 3 {
+            #expect(got[0].contains("unauthorized") && got[1].contains("authResult") && got[2].contains("listUsersResult"), "\(reply)")
+        }
+    }
+}
