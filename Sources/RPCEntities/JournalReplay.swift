@@ -93,7 +93,8 @@ public struct JournalReplay {
             }
             if let reason = seals.check(sealed: fields.sealed, line: number, outcome: &outcome) { return failure(.damaged, reason) }
             guard let seq = fields.seq else { return failure(.damaged, "the record has no \"seq\"") }
-            if let previous, seq != previous + 1 { return failure(.sequence, Self.sequenceProblem(seq, after: previous)) }
+            guard seq > 0 else { return failure(.sequence, "sequence number 0: records are numbered from 1") }
+            if let previous, previous == .max || seq != previous + 1 { return failure(.sequence, Self.sequenceProblem(seq, after: previous)) }
             previous = seq
             outcome.firstSeq = outcome.firstSeq ?? seq
             outcome.lastSeq = seq
@@ -103,9 +104,9 @@ public struct JournalReplay {
                 outcome.skipped += 1
                 return nil
             }
-            guard seq == lastSeq + 1 else {
+            guard lastSeq < .max, seq == lastSeq + 1 else {
                 if firstRecord { return failure(.missingSnapshot, missingBefore(seq)) }
-                return failure(.sequence, "sequence number \(seq) follows \(lastSeq), the last record before this file: \(Self.missing(lastSeq + 1, seq - 1))")
+                return failure(.sequence, "sequence number \(seq) follows \(lastSeq), the last record before this file: \(Self.missing(lastSeq &+ 1, seq &- 1))")
             }
             if let reason = apply(fields, seq: seq) { return failure(.inconsistent, reason) }
             lastSeq = seq
@@ -178,15 +179,15 @@ public struct JournalReplay {
     /// Why the first journal record, `seq`, cannot follow what the snapshot (if any) covers.
     private func missingBefore(_ seq: UInt64) -> String {
         guard let snapshotSeq else {
-            return "the journal starts at sequence number \(seq) and there is no snapshot: \(Self.missing(1, seq - 1)) (was snapshot.jsonl deleted or lost?)"
+            return "the journal starts at sequence number \(seq) and there is no snapshot: \(Self.missing(1, seq &- 1)) (was snapshot.jsonl deleted or lost?)"
         }
-        return "the journal starts at sequence number \(seq) but the snapshot ends at \(snapshotSeq): \(Self.missing(snapshotSeq + 1, seq - 1)) (the snapshot is older than the journal)"
+        return "the journal starts at sequence number \(seq) but the snapshot ends at \(snapshotSeq): \(Self.missing(snapshotSeq &+ 1, seq &- 1)) (the snapshot is older than the journal)"
     }
 
     static func sequenceProblem(_ seq: UInt64, after previous: UInt64) -> String {
         if seq == previous { return "duplicate sequence number \(seq): the line before has it too" }
         if seq < previous { return "sequence number \(seq) after \(previous): out of order" }
-        return "sequence number \(seq) after \(previous): \(missing(previous + 1, seq - 1))"
+        return "sequence number \(seq) after \(previous): \(missing(previous &+ 1, seq &- 1))"
     }
 
     private static func missing(_ first: UInt64, _ last: UInt64) -> String {

@@ -213,3 +213,21 @@ struct JournalDamageTests {
         }
     }
 }
+
+@Suite struct JournalSequenceEdgeTests {
+    @Test("sequence numbers at UInt64.max never trap: a skipped record at the maximum, then another, is a sequence problem")
+    func seqAtMaximum() throws {
+        var replay = JournalReplay()
+        let header = JournalSnapshot.header(seq: .max, records: 0)
+        _ = try header.withUnsafeBytes { replay.replaySnapshot($0) }.get()
+        let journal = Array((JournalText.create("a", seq: .max) + JournalText.create("b", seq: 1)).utf8)
+        guard case .failure(let failure) = replay.replayJournal(journal) else {
+            Issue.record("replayed a record after the maximum sequence number")
+            return
+        }
+        #expect(failure.kind == .sequence, "\(failure)")
+        var fresh = JournalReplay()
+        let zero = Array(JournalText.create("z", seq: 0).utf8)
+        if case .success = fresh.replayJournal(zero) { Issue.record("sequence number 0 replayed") }
+    }
+}
