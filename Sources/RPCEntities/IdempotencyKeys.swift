@@ -50,8 +50,9 @@ public struct IdempotencyKeys: Sendable {
     private static var shardCount: Int { 64 }
     private static var chunkSize: Int { 4096 }
     private var shards = [[ExactID: Outcome]](repeating: [:], count: IdempotencyKeys.shardCount)
-    /// Keys in the order they were remembered, in chunks; `head` is the oldest's index in the first.
-    private var order: [[ExactID]] = []
+    /// Keys in the order they were remembered, with when, in chunks; `head` is the oldest's index in
+    /// the first. The time is here too, so checking the oldest's age costs no hash lookup.
+    private var order: [[(key: ExactID, at: UInt64)]] = []
     private var head = 0
     public private(set) var count = 0
     /// Retries answered from the table, and keys forgotten by age or count.
@@ -90,7 +91,7 @@ public struct IdempotencyKeys: Sendable {
                 order.append([])
                 order[order.count - 1].reserveCapacity(Self.chunkSize)
             }
-            order[order.count - 1].append(key)
+            order[order.count - 1].append((key, now))
         }
         while count > limit { evictOldest() }
     }
@@ -112,12 +113,13 @@ public struct IdempotencyKeys: Sendable {
 
     /// Forgets keys older than the window.
     public mutating func evictExpired(now: UInt64) {
-        while let oldest = oldestKey, let outcome = shards[Self.shard(oldest)][oldest], now &- outcome.at > window {
+        while let oldest = oldestEntry, now &- oldest.at > window {
             evictOldest()
         }
     }
 
-    private var oldestKey: ExactID? { order.first.flatMap { head < $0.count ? $0[head] : nil } }
+    private var oldestEntry: (key: ExactID, at: UInt64)? { order.first.flatMap { head < $0.count ? $0[head] : nil } }
+    private var oldestKey: ExactID? { oldestEntry?.key }
 
     private mutating func evictOldest() {
         guard let oldest = oldestKey else { return }
@@ -135,7 +137,7 @@ public struct IdempotencyKeys: Sendable {
     /// Every remembered success, oldest first (for snapshots; failures are not kept across restarts).
     public func forEachApplied(_ body: (ExactID, Outcome) -> Void) {
         for (index, chunk) in order.enumerated() {
-            for key in chunk[(index == 0 ? head : 0)...] {
+            for (key, _) in chunk[(index == 0 ? head : 0)...] {
                 if let outcome = shards[Self.shard(key)][key], !outcome.failed { body(key, outcome) }
             }
         }
