@@ -121,6 +121,8 @@ for t in "${targets[@]}"; do
     done
     if [ "$found" -gt 0 ] || [ "$status" -ne 0 ]; then
         summarize "$log"
+        # CI keeps no files: the input itself, to recreate it with `base64 -d`.
+        grep -E '^Base64: ' "$log" | head -n 1 | cut -c1-2000 | sed 's/^/    /' || true
         if [ "$found" -eq 0 ]; then
             tail -n 5 "$log" | sed 's/^/    /'
             echo "fuzz $t: libFuzzer exited $status without an artifact"
