@@ -62,8 +62,8 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 
 # The failure and the first frames of the project's code (not libFuzzer's or libc's) of a crash report.
 summarize() {
-    grep -E 'Fatal error|fuzz check failed|ERROR: |SUMMARY|^ *#[0-9]+ .* in .*(Swift runtime failure|/Sources/|/Tests/fuzz/)' "$1" \
-        | grep -vE 'FuzzSupport|_main |\$main' | head -n 12 | swift demangle --simplified | cut -c1-300 | sed 's/^/    /' || true
+    grep -E 'Fatal error|ERROR: |SUMMARY|^ *#[0-9]+ .* in .*(Swift runtime failure|/Sources/|/Tests/fuzz/)' "$1" \
+        | grep -vE '^ *#.*(FuzzSupport|_main |\$main)' | head -n 12 | swift demangle --simplified | cut -c1-300 | sed 's/^/    /' || true
 }
 
 work=$(mktemp -d)
@@ -108,8 +108,10 @@ for t in "${targets[@]}"; do
     cp Tests/fuzz/corpus/"$t"/* "$corpus"/
     log="$work/fuzz-$t.log"
     status=0
+    started=$(date +%s)
     "$binary" "$corpus" -max_total_time="$seconds" -timeout=10 -print_final_stats=1 \
         -artifact_prefix="$artifacts" $(dictionary "$t") "$@" >"$log" 2>&1 || status=$?
+    elapsed=$(( $(date +%s) - started ))
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
     rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -n 1)
     found=0
@@ -129,6 +131,6 @@ for t in "${targets[@]}"; do
         fi
         failed=1
     fi
-    echo "fuzz $t: ${execs:-0} executions in ${seconds} s (${rate:-0}/s), $found crashes, corpus $(ls "$corpus" | wc -l) inputs"
+    echo "fuzz $t: ${execs:-0} executions in ${elapsed} s (${rate:-0}/s), $found crashes, corpus $(ls "$corpus" | wc -l) inputs"
 done
 exit "$failed"
