@@ -33,6 +33,13 @@ let package = Package(
         // Uses only the library product's targets (RPC): its main.swift is README's "Use it from Swift".
         .executableTarget(name: "rpc-example", dependencies: ["RPCSchema", "RPCClient"]),
         .testTarget(name: "RPCClientTests", dependencies: ["RPCSchema", "RPCClient"]),
+        // Fuzz targets (Tests/fuzz/run.sh builds them with libFuzzer; a plain build replays files).
+        .target(name: "FuzzSupport", path: "Tests/fuzz/targets/FuzzSupport"),
+        .executableTarget(name: "FuzzFramer", dependencies: ["FuzzSupport", "RPCTransport"], path: "Tests/fuzz/targets/FuzzFramer"),
+        .executableTarget(name: "FuzzDecoder", dependencies: ["FuzzSupport", "RPCSchema"], path: "Tests/fuzz/targets/FuzzDecoder"),
+        .executableTarget(
+            name: "FuzzDispatcher", dependencies: ["FuzzSupport", "RPCSchema", "RPCEntities"], path: "Tests/fuzz/targets/FuzzDispatcher"),
+        .executableTarget(name: "FuzzJournal", dependencies: ["FuzzSupport", "RPCEntities"], path: "Tests/fuzz/targets/FuzzJournal"),
     ],
     swiftLanguageModes: [.v6]
 )
