@@ -41,16 +41,24 @@ import RPCSchema
             switch disposition {
             case .replyAfter(let ticket, let replyID):
                 fuzzCheck(replyID == id, "the reply waits under id \(replyID.debugDescription), not \(id.debugDescription)")
-                fuzzCheck(log.requests.count == logged + 1 && ticket == UInt64(log.requests.count),
+                // A keyed retry waits for its first attempt's ticket and logs nothing new.
+                let retried = log.requests.count == logged && ticket >= 1 && ticket <= UInt64(logged) && hasKey(line)
+                fuzzCheck(retried || (log.requests.count == logged + 1 && ticket == UInt64(log.requests.count)),
                     "ticket \(ticket) is not the one the log gave for \(text(line))")
             case .reply:
                 fuzzCheck(log.requests.count == logged, "a mutation was logged but its reply does not wait for it: \(text(line))")
-            case .none:
+            case .none, .replyLater:
                 break
             }
             out.removeAll(keepingCapacity: true)
         }
         checkJournal(log.requests, dispatcher)
+    }
+
+    /// Whether the line carries an idempotency key (a retry may be answered from an earlier attempt).
+    static func hasKey(_ line: UnsafeRawBufferPointer) -> Bool {
+        guard case .object(let object)? = try? JSONParser.parse(line), case .string? = object["key"] else { return false }
+        return true
     }
 
     /// Whether the model calls `line` a counter-request, and the id its reply must carry.
@@ -110,7 +118,7 @@ import RPCSchema
             return fuzzCheck(false, "the journal of applied mutations does not replay: \(result)\n\(String(decoding: journal, as: UTF8.self))")
         }
         fuzzCheck(outcome.applied == requests.count && outcome.tornBytes == 0, "replay applied \(outcome.applied) of \(requests.count) mutations")
-        var replayed = replay.state
+        let replayed = replay.state
         dispatcher.withState { live in
             fuzzCheck(live.users.page(after: nil, limit: nil).records == replayed.users.page(after: nil, limit: nil).records,
                 "users differ after replaying the journal\n\(String(decoding: journal, as: UTF8.self))")
