@@ -176,7 +176,9 @@ struct ClientRetryTests {
             #expect(reason.contains("tries in 0.7 s"), "\(reason)")
         }
         let elapsed = Date().timeIntervalSince(started)
-        #expect(elapsed > 0.4 && elapsed < 20, "\(elapsed) s")  // not the 60 s below; loose: two shared cores
+        // Not the 60 s below. Loose: under a full parallel suite on two cores the concurrency pool can
+        // be busy for many seconds before the task that gave up resumes.
+        #expect(elapsed > 0.4 && elapsed < 55, "\(elapsed) s")
 
         let patient = RPCClientOptions(connectTimeout: .seconds(60), retry: RetryPolicy())
         let connecting = Task { try await RPCClient.connect(host: "127.0.0.1", port: port, options: patient) }
@@ -184,7 +186,7 @@ struct ClientRetryTests {
         let cancelled = Date()
         connecting.cancel()
         await #expect(throws: RPCClientError.self) { try await connecting.value }
-        #expect(Date().timeIntervalSince(cancelled) < 20)
+        #expect(Date().timeIntervalSince(cancelled) < 55)
     }
 
     @Test("a create in flight to a daemon killed before it read it is sent again after the restart and succeeds")
