@@ -160,7 +160,7 @@ check "rpcd.socket is listening" test "$(active rpcd.socket)" = active
 check "rpcd.service is inactive until the first connection" test "$(active rpcd.service)" = inactive
 check "system.ping over 127.0.0.1:7878 inside the container" pings
 check "the service is active (running) after READY=1" test "$(prop rpcd.service ActiveState)/$(prop rpcd.service SubState)" = active/running
-check "systemctl status shows the STATUS= line" status_line
+check "systemctl status shows the STATUS= line" wait_for 5 status_line
 check "with nothing in the credential store, the service runs without the auth credential" \
     inside 'test ! -e /run/credentials/rpcd.service/auth'
 
@@ -199,7 +199,7 @@ first=$(prop rpcd.service MainPID)
 inside "kill -STOP $first"
 restarted() { local now; now=$(prop rpcd.service MainPID); [ "$now" != "$first" ] && [ "$now" != 0 ] && [ "$(active rpcd.service)" = active ]; }
 check "the watchdog kills and restarts a SIGSTOPped daemon" wait_for 20 restarted
-check "... and says so in the journal" watchdog_logged
+check "... and says so in the journal" wait_for 10 watchdog_logged
 inside 'rm -r /etc/systemd/system/rpcd.service.d && systemctl daemon-reload'
 
 # IPAddressDeny= in rpcd.socket: a peer on a non-loopback address (10.99.0.1, added to the
