@@ -66,7 +66,12 @@ public struct IdempotencyKeys: Sendable {
 
     public init(limit: Int = 1_000_000, windowSeconds: Double = 86_400) {
         self.limit = max(0, limit)
-        self.window = windowSeconds * 1e9 < Double(UInt64.max / 2) ? UInt64(max(0, windowSeconds) * 1e9) : UInt64.max / 2
+        self.window = Self.nanoseconds(windowSeconds)
+    }
+
+    /// Seconds as nanoseconds, clamped to 0...UInt64.max / 2 (a NaN or huge window is "very long").
+    private static func nanoseconds(_ seconds: Double) -> UInt64 {
+        seconds * 1e9 < Double(UInt64.max / 2) ? UInt64(max(0, seconds) * 1e9) : UInt64.max / 2
     }
 
     @inline(__always)
@@ -98,17 +103,10 @@ public struct IdempotencyKeys: Sendable {
 
     /// Sets the bounds (from the config) and forgets what is past them now.
     public mutating func setBounds(limit: Int, windowSeconds: Double, now: UInt64) {
-        self = Self.bounded(self, limit: limit, windowSeconds: windowSeconds)
+        self.limit = max(0, limit)
+        window = Self.nanoseconds(windowSeconds)
         while count > self.limit { evictOldest() }
         evictExpired(now: now)
-    }
-
-    private static func bounded(_ keys: IdempotencyKeys, limit: Int, windowSeconds: Double) -> IdempotencyKeys {
-        var copy = keys
-        let fresh = IdempotencyKeys(limit: limit, windowSeconds: windowSeconds)
-        copy.limit = fresh.limit
-        copy.window = fresh.window
-        return copy
     }
 
     /// Forgets keys older than the window.
