@@ -85,7 +85,6 @@ public final class Listener: @unchecked Sendable {
             source.setCancelHandler { [self] in
                 Syscall.close(fd)
                 if spareFD >= 0 { Syscall.close(spareFD) }
-                removeOwnedPath()
             }
             self.source = source
             source.resume()
@@ -106,7 +105,6 @@ public final class Listener: @unchecked Sendable {
             } else {
                 Syscall.close(fd)
                 if spareFD >= 0 { Syscall.close(spareFD) }
-                removeOwnedPath()
             }
             source = nil
         }
