@@ -58,6 +58,11 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
     private var connectWaiter: (@Sendable (Result<Void, RPCClientError>) -> Void)?
     /// When the first `connect` gives up (`connectTimeout` after it began).
     private var connectDeadline: DispatchTime?
+    /// Takes the requests the daemon sends, in order, on the queue (a change feed); `.pause` stops
+    /// reading until `resumeFeed()`.
+    private var feed: (@Sendable (Request) -> FeedFlow)?
+    /// Told why, each time a connection is lost.
+    private var onLost: (@Sendable (String) -> Void)?
 
     init(address: SocketAddress, options: RPCClientOptions) throws(Errno) {
         self.address = address
@@ -333,6 +338,34 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         }
     }
 
+    // MARK: - Feeds
+
+    /// Sets the feed handler and the loss handler (see `RPCClient.onFeed`). Call from anywhere.
+    func setFeed(_ handler: (@Sendable (Request) -> FeedFlow)?, onLost: (@Sendable (String) -> Void)?) {
+        queue.async { [self] in
+            feed = handler
+            self.onLost = onLost
+        }
+    }
+
+    /// Reads again after a feed handler said `.pause`. Call from anywhere.
+    func resumeFeed() {
+        queue.async { [self] in
+            if case .connected(let connection) = state { connection.resumeReading() }
+        }
+    }
+
+    /// Sends one line that expects no answer (a counter-request), after every call handed
+    /// before it. Dropped when not connected. Call from anywhere.
+    func sendUnanswered(_ line: [UInt8]) {
+        queue.async { [self] in
+            guard case .connected(let connection) = state else { return }
+            handedBytes += UInt64(line.count)
+            connection.send(line)
+            scheduleFlush()
+        }
+    }
+
     // MARK: - Closing
 
     /// Fails every pending call with `.connectionClosed` and closes the connection. Idempotent;
@@ -370,7 +403,8 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
                 complete(reply.id, .failure(.badReply(method: entry.method, id: reply.id, reason: "answered by \(reply.method), expected \(entry.method.result) or error.error")))
             }
         case .request(let request):
-            handlers.deliver(request)
+            guard let feed else { return handlers.deliver(request) }
+            if feed(request) == .pause { connection.pauseReading() }
         case .invalid:
             break  // not a request; never answered
         }
@@ -390,6 +424,7 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         case .closedByServer(let message), .shed(let message): why = message
         }
         state = .idle(reason: why)
+        onLost?(why)
         let policy = options.reconnectPolicy
         let lost = pending.connectionLost(
             connectionCount, written: connection.bytesOut, retry: options.retry, canReconnect: policy != nil)

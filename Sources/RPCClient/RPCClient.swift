@@ -156,6 +156,23 @@ public final class RPCClient: Sendable {
         pages(call, timeout: .after(timeout))
     }
 
+    // MARK: - Feeds (the package's follower; `changes(from:)` for everyone)
+
+    /// Hands every request the daemon sends (a change feed) to `handler`, one at a time, in order,
+    /// on the client's own queue, instead of `handlers`. When it returns `.pause`, the client reads
+    /// no more after the lines already read (at most one read's worth more reach the handler)
+    /// until `resumeFeed()`: the daemon's sends wait in TCP. `onLost` is told why whenever the
+    /// connection is lost. The handler must not wait for calls on this client.
+    package func onFeed(_ handler: @escaping @Sendable (Request) -> FeedFlow, onLost: @escaping @Sendable (String) -> Void) {
+        core.setFeed(handler, onLost: onLost)
+    }
+
+    /// Reads again after the feed handler returned `.pause`.
+    package func resumeFeed() { core.resumeFeed() }
+
+    /// Sends a counter-request line (with its `\n`): an acknowledgement, never answered.
+    package func sendCounterRequest(_ line: [UInt8]) { core.sendUnanswered(line) }
+
     /// Fails every call in flight with `.connectionClosed` and closes the connection. Later calls
     /// fail at once, also with `.connectionClosed`. Also done when the client is released.
     public func close() { core.close() }

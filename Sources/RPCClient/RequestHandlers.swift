@@ -48,3 +48,11 @@ public final class RequestHandlers: @unchecked Sendable {
         queue.async { handler(message) }
     }
 }
+
+/// What a feed handler tells the client after each request it took.
+package enum FeedFlow: Sendable {
+    /// Keep reading.
+    case `continue`
+    /// Read nothing more until `resumeFeed()`.
+    case pause
+}

@@ -31,12 +31,17 @@ public struct RPCErrorCode: RawRepresentable, Hashable, Sendable, Codable, Custo
     public static let keyReused = RPCErrorCode("keyReused")
     /// One reply would pass the connection's output cap (`max_output_bytes`); ask for less (page lists).
     public static let replyTooLarge = RPCErrorCode("replyTooLarge")
+    /// A change feed from a sequence number older than the leader's journal, without `snapshot: true`.
+    public static let snapshotRequired = RPCErrorCode("snapshotRequired")
+    /// A mutation sent to a follower: it serves reads only; the message names its leader.
+    public static let readOnly = RPCErrorCode("readOnly")
     /// The daemon failed; the message says why.
     public static let `internal` = RPCErrorCode("internal")
 
     public static let all: [RPCErrorCode] = [
         .parseError, .invalidRequest, .methodNotFound, .invalidParams, .notFound, .conflict,
-        .frameTooLarge, .overloaded, .replyTooLarge, .unauthorized, .forbidden, .keyReused, .internal,
+        .frameTooLarge, .overloaded, .replyTooLarge, .unauthorized, .forbidden, .keyReused, .snapshotRequired, .readOnly,
+        .internal,
     ]
 
     public var description: String { rawValue }
@@ -74,5 +79,7 @@ public struct RPCError: Error, Hashable, Sendable, Codable, CustomStringConverti
     public static func unauthorized(_ message: String) -> RPCError { RPCError(.unauthorized, message) }
     public static func forbidden(_ message: String) -> RPCError { RPCError(.forbidden, message) }
     public static func keyReused(_ message: String) -> RPCError { RPCError(.keyReused, message) }
+    public static func snapshotRequired(_ message: String) -> RPCError { RPCError(.snapshotRequired, message) }
+    public static func readOnly(_ message: String) -> RPCError { RPCError(.readOnly, message) }
     public static func `internal`(_ message: String) -> RPCError { RPCError(.internal, message) }
 }

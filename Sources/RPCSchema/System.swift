@@ -83,6 +83,8 @@ public struct StatsResult: Codable, Hashable, Sendable {
     public var journal: JournalStats
     /// Idempotency keys remembered, retries answered from them, keys forgotten (absent from older daemons).
     public var idempotency: KeyStats?
+    /// Leader or follower, subscribers and lag (absent from older daemons).
+    public var replication: ReplicationStats?
 
     public init(
         uptimeSeconds: Double, connections: ConnectionStats, requests: Int, errors: Int, methods: [MethodStats],

@@ -13,6 +13,13 @@ public protocol ConnectionDelegate: AnyObject, Sendable {
     func connection(_ connection: Connection, didReceiveOversizeLine length: Int)
     /// The connection is closed and its fd released.
     func connectionDidClose(_ connection: Connection, reason: Connection.CloseReason)
+    /// Output that had to wait for the peer is all sent (only with `notifiesDrain` set): a
+    /// producer that stopped at its window may write more.
+    func connectionDidDrain(_ connection: Connection)
+}
+
+extension ConnectionDelegate {
+    public func connectionDidDrain(_ connection: Connection) {}
 }
 
 /// One peer: a non-blocking fd registered with its loop's epoll set, a line framer, and a bounded
@@ -88,6 +95,10 @@ public final class Connection: @unchecked Sendable {
     private var token: UInt64 = 0
     private var interest: IOInterest = []
     private var readClosed = false
+    /// The owner asked for no more reads for now (`pauseReading`).
+    private var readPaused = false
+    /// Call `connectionDidDrain` when output that waited for writability is all sent.
+    public var notifiesDrain = false
     private var closeReason: CloseReason?
     /// Replies that must wait for an earlier reserved one: oldest first.
     private var held: [(slot: UInt64, bytes: [UInt8]?)] = []
@@ -152,8 +163,11 @@ public final class Connection: @unchecked Sendable {
             if closeReason == nil { close(.error("connection reset by peer")) }
             return
         }
-        if events.contains(.writable) { flush() }
-        if events.contains(.readable) && closeReason == nil && !readClosed {
+        if events.contains(.writable) {
+            flush()
+            if notifiesDrain && closeReason == nil && outbound.isEmpty { delegate?.connectionDidDrain(self) }
+        }
+        if events.contains(.readable) && closeReason == nil && !readClosed && !readPaused {
             read(untilEOF: events.contains(.readHangup))
         }
     }
@@ -165,7 +179,7 @@ public final class Connection: @unchecked Sendable {
     private func read(untilEOF: Bool) {
         loop.preconditionOnLoop()
         // A few reads per turn, then yield to the other connections of this loop.
-        for _ in 0..<16 where closeReason == nil && !readClosed {
+        for _ in 0..<16 where closeReason == nil && !readClosed && !readPaused {
             let result: IOResult<Int>
             do {
                 result = try Syscall.read(fd, into: loop.readBuffer)
@@ -224,7 +238,7 @@ public final class Connection: @unchecked Sendable {
     /// EPOLLOUT with nothing to write would wake the loop forever; so would EPOLLIN after EOF).
     private func updateInterest() {
         guard token != 0, closeReason == nil else { return }
-        var wanted: IOInterest = readClosed ? [] : .read
+        var wanted: IOInterest = readClosed || readPaused ? [] : .read
         if !outbound.isEmpty { wanted.insert(.write) }
         guard wanted != interest else { return }
         do {
@@ -233,6 +247,29 @@ public final class Connection: @unchecked Sendable {
         } catch {
             close(.error("could not watch the socket: \(error)"))
         }
+    }
+
+    /// Stops reading after the lines of the current read (the peer's sends then wait in the
+    /// kernel: TCP backpressure) until `resumeReading()`. Call on the loop queue.
+    public func pauseReading() {
+        loop.preconditionOnLoop()
+        guard !readPaused else { return }
+        readPaused = true
+        updateInterest()
+    }
+
+    /// Reads again after `pauseReading()`. Call on the loop queue.
+    public func resumeReading() {
+        loop.preconditionOnLoop()
+        guard readPaused else { return }
+        readPaused = false
+        updateInterest()
+    }
+
+    /// Bytes queued for the peer and not yet taken by the socket (held replies included).
+    public var pendingOutputBytes: Int {
+        loop.preconditionOnLoop()
+        return outbound.count + heldBytes
     }
 
     // MARK: - Writing

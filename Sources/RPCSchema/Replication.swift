@@ -1,0 +1,100 @@
+/// The `replication` entity: a change feed any connection may subscribe to, and what the leader
+/// sends a subscriber. Nothing else is new on the wire: every change arrives as the ordinary
+/// request that made it (its journal line, with id `"r<seq>"` and the envelope key `"seq"`), and a
+/// subscriber acknowledges it with the ordinary `…Result` counter-request carrying that id.
+///
+/// `replication.subscribe {"fromSequence"?, "snapshot"?}` -> `replication.subscribeResult
+/// {"sequence", "snapshotSequence"}`, then, as requests: every durable mutation after
+/// `fromSequence` (after `sequence` when it is omitted), in journal order. A `fromSequence` below
+/// `snapshotSequence` needs `"snapshot": true`: the leader then sends
+/// `replication.snapshotBegin {"sequence", "records"}`, the snapshot's record lines,
+/// `replication.snapshotEnd {"sequence"}`, and the mutations after the snapshot.
+public struct ReplicationSubscribe: RPCCall, Hashable {
+    public typealias Reply = SubscribeResult
+    public static let method = RPCMethod("replication", "subscribe")
+    /// Send the mutations after this sequence number (nil: from now on).
+    public var fromSequence: Int?
+    /// Allow a snapshot first when `fromSequence` is older than the leader's journal.
+    public var snapshot: Bool?
+    public init(fromSequence: Int? = nil, snapshot: Bool? = nil) {
+        self.fromSequence = fromSequence
+        self.snapshot = snapshot
+    }
+}
+
+public struct SubscribeResult: Codable, Hashable, Sendable {
+    /// The leader's last durable sequence number when the subscription started.
+    public var sequence: Int
+    /// The sequence number its snapshot covers (0: no snapshot): mutations up to it come only in a snapshot.
+    public var snapshotSequence: Int
+    public init(sequence: Int, snapshotSequence: Int) {
+        self.sequence = sequence
+        self.snapshotSequence = snapshotSequence
+    }
+}
+
+/// Sent by a leader before the records of a snapshot: replace your state with the `records`
+/// lines that follow; they bring you to `sequence`.
+public struct SnapshotBegin: Codable, Hashable, Sendable {
+    public static let method = RPCMethod("replication", "snapshotBegin")
+    public var sequence: Int
+    public var records: Int
+    public init(sequence: Int, records: Int) {
+        self.sequence = sequence
+        self.records = records
+    }
+}
+
+/// Sent by a leader after the last record of a snapshot.
+public struct SnapshotEnd: Codable, Hashable, Sendable {
+    public static let method = RPCMethod("replication", "snapshotEnd")
+    public var sequence: Int
+    public init(sequence: Int) { self.sequence = sequence }
+}
+
+/// `system.stats` `replication`: this daemon's place in a chain of leaders and followers.
+public struct ReplicationStats: Codable, Hashable, Sendable {
+    /// `leader` (takes mutations) or `follower` (mirrors `leader`, serves reads).
+    public var role: String
+    /// The last sequence number this daemon has made durable (applied, on a follower).
+    public var sequence: Int
+    /// A follower's leader (`HOST:PORT`), whether it is connected now, the leader's sequence as
+    /// far as the follower has heard, and the difference.
+    public var leader: String?
+    public var connected: Bool?
+    public var leaderSequence: Int?
+    public var lagRecords: Int?
+    /// Connections subscribed to this daemon's feed (followers, or anyone).
+    public var subscribers: [SubscriberStats]
+    public init(
+        role: String, sequence: Int, leader: String? = nil, connected: Bool? = nil, leaderSequence: Int? = nil,
+        lagRecords: Int? = nil, subscribers: [SubscriberStats] = []
+    ) {
+        self.role = role
+        self.sequence = sequence
+        self.leader = leader
+        self.connected = connected
+        self.leaderSequence = leaderSequence
+        self.lagRecords = lagRecords
+        self.subscribers = subscribers
+    }
+}
+
+public struct SubscriberStats: Codable, Hashable, Sendable {
+    /// `HOST:PORT` of the subscriber's connection.
+    public var peer: String
+    /// The last sequence number sent to it, and the last it acknowledged (0: none yet).
+    public var sentSequence: Int
+    public var ackedSequence: Int
+    /// Durable records it has not acknowledged (not sent, when it never acknowledges), and about
+    /// how many journal bytes they are.
+    public var lagRecords: Int
+    public var lagBytes: Int
+    public init(peer: String, sentSequence: Int, ackedSequence: Int, lagRecords: Int, lagBytes: Int) {
+        self.peer = peer
+        self.sentSequence = sentSequence
+        self.ackedSequence = ackedSequence
+        self.lagRecords = lagRecords
+        self.lagBytes = lagBytes
+    }
+}
