@@ -211,6 +211,8 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         // Recorded first: a send that overflows closes the connection before it returns, and the
         // calls it held must already count as handed (and not written).
         connection.send(bytes)
+        // A paused feed must not hide the replies: read on until they are in (see `feed`).
+        if feed != nil { connection.resumeReading() }
     }
 
     // MARK: - Calls
@@ -368,6 +370,15 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
 
     // MARK: - Closing
 
+    /// `close()`, after writing what the socket takes now of the lines handed to the connection:
+    /// a change feed's last acknowledgements reach the leader. Call from anywhere.
+    func closeAfterFlush() {
+        queue.async { [self] in
+            if case .connected(let connection) = state { connection.flush() }
+            close()
+        }
+    }
+
     /// Fails every pending call with `.connectionClosed` and closes the connection. Idempotent;
     /// call from anywhere.
     func close() {
@@ -404,7 +415,9 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
             }
         case .request(let request):
             guard let feed else { return handlers.deliver(request) }
-            if feed(request) == .pause { connection.pauseReading() }
+            // Not while a call waits for its reply (it may be what the feed's consumer awaits);
+            // the next line says `.pause` again.
+            if feed(request) == .pause && pending.isEmpty { connection.pauseReading() }
         case .invalid:
             break  // not a request; never answered
         }

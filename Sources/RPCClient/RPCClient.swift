@@ -22,7 +22,7 @@ internal import RPCTransport
 /// also sends the calls in flight again (mutations with their keys), so a daemon restart shows
 /// only as latency.
 public final class RPCClient: Sendable {
-    private let core: ClientCore
+    let core: ClientCore
     private let encoder = JSONValueEncoder()
 
     /// Handlers for requests the daemon sends (and counter-requests no call waits for).
@@ -158,10 +158,29 @@ public final class RPCClient: Sendable {
 
     // MARK: - Feeds (the package's follower; `changes(from:)` for everyone)
 
+    /// The daemon's change feed from `fromSequence` on, as typed changes, acknowledged as the loop
+    /// goes (see `RPCChanges` for the rules):
+    ///
+    /// ```swift
+    /// for try await event in client.changes(from: 41) {
+    ///     if case .createUser(let user) = event.change { print(event.sequence, user.id) }   // 42 u1
+    /// }
+    /// ```
+    ///
+    /// `fromSequence`: yield the changes after it (nil: those after subscribing). `snapshot`: when
+    /// the leader's journal no longer reaches back to `fromSequence`, start with its snapshot
+    /// instead of throwing `snapshotRequired`. `bufferLimit`: changes that may wait for the loop
+    /// before the client stops reading. Ending the loop closes the client: use one for the feed only.
+    public func changes(from fromSequence: Int? = nil, snapshot: Bool = false, bufferLimit: Int = 1024) -> RPCChanges {
+        RPCChanges(client: self, fromSequence: fromSequence, snapshot: snapshot, bufferLimit: bufferLimit)
+    }
+
     /// Hands every request the daemon sends (a change feed) to `handler`, one at a time, in order,
     /// on the client's own queue, instead of `handlers`. When it returns `.pause`, the client reads
     /// no more after the lines already read (at most one read's worth more reach the handler)
-    /// until `resumeFeed()`: the daemon's sends wait in TCP. `onLost` is told why whenever the
+    /// until `resumeFeed()`: the daemon's sends wait in TCP. (`.pause` is ignored while a call on
+    /// this client waits for its reply, which may be behind the feed's lines; the handler says
+    /// `.pause` again on its next line.) `onLost` is told why whenever the
     /// connection is lost. The handler must not wait for calls on this client.
     package func onFeed(_ handler: @escaping @Sendable (Request) -> FeedFlow, onLost: @escaping @Sendable (String) -> Void) {
         core.setFeed(handler, onLost: onLost)

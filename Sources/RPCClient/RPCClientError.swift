@@ -28,7 +28,8 @@ public enum RPCClientError: Error, Sendable, Equatable, CustomStringConvertible 
     /// once and answers with the first outcome.
     case outcomeUnknown(address: String, method: RPCMethod, id: String, key: String?, reason: String)
     /// The client was closed by its owner (`close()`, or released) before the reply came, or
-    /// before the call was made. A call in flight then may or may not have been applied.
+    /// before the call was made. A call in flight then may or may not have been applied. Also how
+    /// a change feed (`RPCChanges`) ends when its connection is lost (method and id nil).
     case connectionClosed(address: String, method: RPCMethod?, id: String?, reason: String)
     /// The call was sent and no reply came within its timeout: it may or may not have been applied.
     /// (A call whose timeout ran out before it could be sent fails with `.notSent`.)
