@@ -37,6 +37,8 @@ public struct ServeOptions: Equatable, Sendable {
     public var unixRoles: [UnixRole] = []
     /// A follower's `NAME:TOKEN` file for its leader (`follow_auth_file`).
     public var followAuthFile: String?
+    /// `HOST:PORT` (or `unix:PATH`) of the leader this daemon follows (`follow`); nil: a leader.
+    public var follow: String?
     /// `--config FILE`; nil: `$RPCD_CONFIG`, else `/etc/rpcd/rpcd.conf` if it exists (see `Config`).
     public var configPath: String?
     /// Config keys given as flags: they win over the config file.
@@ -121,6 +123,8 @@ public enum CommandLineParser {
                                    loopback peers only; no: serve anyone who can reach it
           --unix-roles LIST        roles for local peers on unix: sockets, by uid or user name, no token:
                                    e.g. '0:admin, www-data:read' (default none)
+          --follow HOST:PORT       be a follower: mirror the leader at HOST:PORT (or unix:PATH) and serve reads
+                                   only (mutations get readOnly); default none (a leader)
           --follow-auth-file PATH  a follower's NAME:TOKEN file, sent to its leader (default none)
           --config FILE            settings file (default $RPCD_CONFIG, else /etc/rpcd/rpcd.conf if present); flags win
           Sizes take a KiB, MiB, GiB or TiB suffix, durations ms, s, m or h; the config file takes the same
@@ -207,9 +211,9 @@ public enum CommandLineParser {
                 options.maxInputBytes = try checked(flag, try value()) { ConfigValue.bytes($0, in: SettingRanges.maxInputBytes) }
             case "--compact-after-bytes":
                 options.compactAfterBytes = try checked(flag, try value()) { ConfigValue.bytes($0, in: SettingRanges.compactAfterBytes) }
-            case "--auth-file", "--protected-mode", "--unix-roles", "--follow-auth-file":
+            case "--auth-file", "--protected-mode", "--unix-roles", "--follow-auth-file", "--follow":
                 let text = try value()
-                guard let key = AccessSettings.flags[flag], !(text.isEmpty && flag.hasSuffix("-file")) else {
+                guard let key = AccessSettings.flags[flag], !(text.isEmpty && (flag.hasSuffix("-file") || flag == "--follow")) else {
                     throw UsageError("\(flag) needs a PATH; see rpcd --help")
                 }
                 if let problem = AccessSettings.apply(key, text, to: &options) { throw UsageError("\(flag) '\(text)' \(problem.reason)") }

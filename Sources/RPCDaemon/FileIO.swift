@@ -107,6 +107,11 @@ enum FileIO {
         return bytes
     }
 
+    /// Reads up to `buffer.count` bytes at `offset` (pread); 0 at the end of the file.
+    static func read(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: Int, path: String) throws(Errno) -> Int {
+        try retrying("pread(\(path))") { pread(fd, buffer.baseAddress, buffer.count, off_t(offset)) }
+    }
+
     /// Takes an exclusive advisory lock (released when the process exits) without waiting; false if another process holds it.
     static func tryLock(_ fd: Int32, path: String) throws(Errno) -> Bool {
         // A POSIX record lock on the whole file (`flock` the function is hidden by the struct's name).

@@ -31,6 +31,10 @@ final class Journal: MutationLog, @unchecked Sendable {
     private var timer: (any DispatchSourceTimer)?
     /// Figures for `system.stats`; guarded by `lock`.
     private var published = JournalStats()
+    /// The sequence number the snapshot covers (0: none); guarded by `lock`.
+    private var snapshotSequence: UInt64
+    /// Told about every batch once it is durable, in order, and about snapshots; set before serving.
+    private var feed: ReplicationFeed?
 
     // Writer queue only.
     private var fd: Int32
@@ -40,11 +44,14 @@ final class Journal: MutationLog, @unchecked Sendable {
     private var unsynced = false
     private var compacting = false
     private var compactionDisabled = false
+    /// A leader's snapshot is being put in place (`restart`).
+    private var restarting = false
 
     init(
-        directory: DataDirectory, policy: FsyncPolicy, lastSeq: UInt64, snapshotBytes: Int,
+        directory: DataDirectory, policy: FsyncPolicy, lastSeq: UInt64, snapshotBytes: Int, snapshotSeq: UInt64 = 0,
         compactAfterBytes: Int, maxBehindBytes: Int = 64 << 20, log: Logger
     ) throws(Errno) {
+        self.snapshotSequence = snapshotSeq
         self.directory = directory
         self.policy = policy
         self.compactAfterBytes = compactAfterBytes
@@ -78,6 +85,25 @@ final class Journal: MutationLog, @unchecked Sendable {
         return seq
     }
 
+    func record(_ request: Request, at seq: UInt64) -> UInt64? {
+        let (seq, start) = lock.withLock { commit.append(request, at: seq) }
+        if start { queue.async { self.drain() } }
+        return seq
+    }
+
+    // MARK: - The change feed
+
+    /// Hands every batch to `feed` once it is durable, in order, and tells it of new snapshots.
+    /// Set once, before serving.
+    func attach(_ feed: ReplicationFeed) {
+        self.feed = feed
+    }
+
+    /// The last durable sequence number and the one the snapshot covers (0: none).
+    var sequences: (durable: UInt64, snapshot: UInt64) {
+        lock.withLock { (commit.ackedSeq, snapshotSequence) }
+    }
+
     func whenDurable(_ ticket: UInt64, _ done: @escaping @Sendable (String?) -> Void) {
         let outcome = lock.withLock { commit.wait(ticket, done) }
         if case .now(let failure) = outcome { done(failure) }
@@ -101,6 +127,7 @@ final class Journal: MutationLog, @unchecked Sendable {
                 return commit.finished(batch, failure: failure)
             }
             for done in ready { done(result) }
+            if failure == nil, !batch.bytes.isEmpty { feed?.published(batch.bytes, lastSeq: batch.lastSeq) }
             if failure == nil { maybeCompact() }
         }
     }
@@ -197,7 +224,7 @@ final class Journal: MutationLog, @unchecked Sendable {
 
     private func maybeCompact() {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard !compacting, !compactionDisabled, journalBytes >= compactAfterBytes, journalBytes >= snapshotBytes,
+        guard !compacting, !compactionDisabled, !restarting, journalBytes >= compactAfterBytes, journalBytes >= snapshotBytes,
             let capture
         else { return }
         compacting = true
@@ -239,8 +266,69 @@ final class Journal: MutationLog, @unchecked Sendable {
         FileIO.crashPoint("compaction-journal-renamed")
         filePath = directory.journal
         snapshotBytes = bytes
+        lock.withLock { snapshotSequence = seq }
+        feed?.compacted(at: seq)
         let ms = (DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1_000_000
         log.info("compacted: snapshot at seq \(seq) (\(bytes) bytes) in \(ms) ms; journal restarted")
+    }
+
+    // MARK: - A follower's snapshot
+
+    /// Replaces the files with a leader's snapshot of `state` at `seq`: the snapshot is written
+    /// (after any compaction under way, on the same queue), then the journal starts empty, at
+    /// `seq + 1`. The caller stops applying records until `done` (any thread) says it worked
+    /// (nil) or why not. Nothing may be recorded meanwhile.
+    func restart(with state: Entities, at seq: UInt64, _ done: @escaping @Sendable (_ failure: String?) -> Void) {
+        queue.async {
+            self.drain()  // what was recorded before goes to the old journal first
+            self.restarting = true  // no compaction starts now: it would capture the old state
+            self.compactionQueue.async {
+                let bytes: Int
+                do {
+                    bytes = try SnapshotFile.write(state, seq: seq, in: self.directory)
+                } catch {
+                    self.queue.async { self.restarting = false }
+                    return done("cannot write the leader's snapshot: \(error)")
+                }
+                self.queue.async { done(self.startOver(at: seq, snapshotBytes: bytes)) }
+            }
+        }
+    }
+
+    /// The snapshot at `seq` is in place: drop the journals, open an empty one.
+    private func startOver(at seq: UInt64, snapshotBytes bytes: Int) -> String? {
+        dispatchPrecondition(condition: .onQueue(queue))
+        restarting = false
+        do {
+            // An empty journal replaces the old ones (whose records the snapshot holds now).
+            let next = try FileIO.open(directory.journal + ".new", O_WRONLY | O_CREAT | O_TRUNC | O_APPEND)
+            do {
+                try? FileIO.unlink(directory.nextJournal)
+                try FileIO.rename(directory.journal + ".new", directory.journal)
+                try FileIO.syncDirectory(directory.path)
+            } catch {
+                FileIO.close(next)
+                throw error
+            }
+            FileIO.close(fd)
+            fd = next
+        } catch {
+            log.error("cannot start a new journal after the leader's snapshot: \(error); mutations are refused from now on")
+            let (ready, result) = lock.withLock { commit.fail("\(error)") }
+            for waiter in ready { waiter(result) }
+            return "\(error)"
+        }
+        filePath = directory.journal
+        journalBytes = 0
+        snapshotBytes = bytes
+        unsynced = false
+        lock.withLock {
+            commit.restart(at: seq)
+            snapshotSequence = seq
+            published.bytes = 0
+        }
+        feed?.restarted(at: seq)
+        return nil
     }
 
     // MARK: - Shutdown

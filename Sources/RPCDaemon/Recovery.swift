@@ -160,10 +160,11 @@ extension Daemon {
             if recovery.unfinishedCompaction {
                 log.warning("finishing a compaction cut short by a crash")
                 recovery.snapshotBytes = try recovery.finishCompaction(in: directory)
+                recovery.snapshotSeq = recovery.lastSeq
             }
             let journal = try Journal(
                 directory: directory, policy: options.fsync, lastSeq: recovery.lastSeq,
-                snapshotBytes: recovery.snapshotBytes, compactAfterBytes: options.compactAfterBytes, log: log)
+                snapshotBytes: recovery.snapshotBytes, snapshotSeq: recovery.snapshotSeq ?? 0, compactAfterBytes: options.compactAfterBytes, log: log)
             return (recovery.state, journal)
         } catch {
             log.error("cannot open the journal in \(directory.path): \(error)")

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import RPCClient
 import RPCEntities
 import RPCSchema
 import RPCTransport
@@ -48,6 +49,16 @@ extension Daemon {
             return 2
         }
         let reloader = policy.authFile.map(AuthReloader.init)
+        // A follower's credentials for its leader, read now so a bad file fails the start.
+        var followCredentials: RPCCredentials?
+        if let path = options.followAuthFile {
+            do {
+                followCredentials = try FollowCredentials.load(path: path)
+            } catch {
+                for line in error.lines { LogSink.stderr.write("rpcd: \(line)\n") }
+                return 2
+            }
+        }
 
         // State: lock the data directory, replay the snapshot and journal, open the journal.
         guard let (state, journal) = openState(options, log: log) else { return 1 }
@@ -59,8 +70,20 @@ extension Daemon {
             log.debug("counter-request \(request.method) id \(request.id) received; not answered")
         })
         journal.attach(dispatcher)
-        dispatcher.withState {
-            $0.keys.setBounds(limit: options.idempotencyKeys, windowSeconds: options.idempotencyWindow, now: DispatchTime.now().uptimeNanoseconds)
+        let configureKeys: @Sendable (inout Entities) -> Void = { state in
+            state.keys.setBounds(limit: options.idempotencyKeys, windowSeconds: options.idempotencyWindow, now: DispatchTime.now().uptimeNanoseconds)
+        }
+        dispatcher.withState(configureKeys)
+
+        // The change feed (every daemon has one: followers feed chains), and following.
+        let sequences = journal.sequences
+        let feed = ReplicationFeed(
+            files: journal.directory.files, durable: sequences.durable, snapshotSeq: sequences.snapshot,
+            maxLineBytes: options.maxFrameBytes + 4096, log: log)
+        journal.attach(feed)
+        context.attach(feed)
+        let follower = options.follow.map {
+            Follower(leader: $0, credentials: followCredentials, dispatcher: dispatcher, journal: journal, log: log, configureKeys: configureKeys)
         }
 
         // Listeners.
@@ -71,7 +94,12 @@ extension Daemon {
                 limits: Connection.Limits(maxFrameBytes: options.maxFrameBytes, maxOutputBytes: options.maxOutputBytes),
                 loopCount: ProcessInfo.processInfo.activeProcessorCount, log: log,
                 maxConnections: options.maxConnections, idleTimeout: options.idleTimeout, maxInputBytes: options.maxInputBytes,
-                access: policy.connectionAccess, journalStats: { journal.stats() })
+                access: policy.connectionAccess, journalStats: { journal.stats() }, feed: feed)
+            server.replicationStats = {
+                var stats = follower?.stats ?? ReplicationStats(role: "leader", sequence: Int(clamping: feed.sequences.durable))
+                stats.subscribers = feed.stats()
+                return stats
+            }
             context.attach(server)
         } catch {
             log.error("cannot start the event loops: \(error); raise the open-file limit (LimitNOFILE)")
@@ -90,7 +118,8 @@ extension Daemon {
             "rpcd \(CommandLineParser.version) serving; config \(Config.path(for: flags, environment: environment)?.path ?? "none (defaults)"), "
                 + "data dir \(options.dataDir), max_connections \(options.maxConnections), idle_timeout \(ConfigValue.render(seconds: options.idleTimeout)) s; "
                 + "up to \(fileLimit) open files; SIGTERM or SIGINT stops it, SIGHUP reloads what can be reloaded")
-        systemd.ready("serving")
+        follower?.start()
+        systemd.ready(follower.map { "serving reads; \($0.summary)" } ?? "serving")
         systemd.startHeartbeat(server)
 
         // SIGHUP: reload; SIGTERM, SIGINT: shutdown, in reverse order of the start.

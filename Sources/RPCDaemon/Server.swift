@@ -46,18 +46,27 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     /// Unfinished lines all peers together may hold before the largest holders are shed.
     static let defaultMaxInputBytes = 256 << 20
 
+    /// The change feed subscribers get (nil: none, e.g. in tests).
+    let feed: ReplicationFeed?
+    /// `system.stats` `replication` (leader or follower figures).
+    var replicationStats: (@Sendable () -> ReplicationStats?)?
+
     /// Per-connection state kept in `Connection.context`.
     private final class SessionBox {
         var session = Dispatcher.Session()
         var scratch: [UInt8] = []
+        /// Set once the connection subscribed to the change feed.
+        var subscriber: Subscriber?
     }
 
     init(
         dispatcher: Dispatcher, durability: (any MutationLog)?, limits: Connection.Limits, loopCount: Int, log: Logger,
         maxConnections: Int = 0, idleTimeout: Double = 0, maxInputBytes: Int = Server.defaultMaxInputBytes,
-        access: ConnectionAccess = ConnectionAccess(), journalStats: (@Sendable () -> JournalStats)? = nil
+        access: ConnectionAccess = ConnectionAccess(), journalStats: (@Sendable () -> JournalStats)? = nil,
+        feed: ReplicationFeed? = nil
     ) throws(Errno) {
         self.accessRules = access
+        self.feed = feed
         self.dispatcher = dispatcher
         self.durability = durability
         self.limits = limits
@@ -215,6 +224,12 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             let served = dispatcher.serve(request, session: &box.session, into: &box.scratch)
             disposition = served.disposition
             stats.count(served.known ? request.method : LoopState.unknownMethod, failed: served.failed)
+        case .counterRequest(let reply) where box.subscriber != nil:
+            // A subscriber's acknowledgement of record "r<seq>"; never answered.
+            if reply.id.utf8.first == UInt8(ascii: "r"), let seq = UInt64(reply.id.dropFirst()) {
+                box.subscriber?.acknowledged(seq)
+            }
+            disposition = .none
         case .counterRequest, .invalid:
             // Rare: decoded again by the dispatcher, which keeps the one counter-request hook and error wording.
             disposition = dispatcher.handle(line: line, session: &box.session, into: &box.scratch)
@@ -242,9 +257,28 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             let slot = connection.reserve()
             start { line in connection.queue.async { connection.fill(slot, with: line) } }
         }
+        if let start = box.session.feed, !start.started { startFeed(start, on: connection, box: box) }
         if box.session.closeAfterReply {
             connection.closeAfterFlush(.closedByServer("closed after \(box.session.authFailures) failed system.auth calls"))
         }
+    }
+
+    /// Starts the change feed on a connection that subscribed (after its `subscribeResult`).
+    private func startFeed(_ start: Session.FeedStart, on connection: Connection, box: SessionBox) {
+        box.session.feed?.started = true
+        guard let feed else { return }
+        let subscriber = Subscriber(
+            connection: connection, peer: box.session.peer, form: box.session.form ?? .canonical, after: start.after,
+            snapshotFirst: start.snapshotFirst, feed: feed)
+        box.subscriber = subscriber
+        connection.notifiesDrain = true
+        feed.add(subscriber)
+        log.info("replication: \(box.session.peer) subscribed from sequence \(start.after)\(start.snapshotFirst ? " (snapshot first)" : "")")
+        subscriber.pump()
+    }
+
+    func connectionDidDrain(_ connection: Connection) {
+        (connection.context as? SessionBox)?.subscriber?.pump()
     }
 
     /// Sends a reply, or, when it alone is past the output cap, an error that says to page: a
@@ -273,6 +307,10 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
 
     func connectionDidClose(_ connection: Connection, reason: Connection.CloseReason) {
         loopState(connection).remove(connection)
+        if let subscriber = (connection.context as? SessionBox)?.subscriber {
+            feed?.remove(subscriber)
+            log.info("replication: subscriber \(subscriber.peer) left (\(reason))")
+        }
         switch reason {
         case .finished, .closedByServer: log.debug("connection \(connection.id) closed: \(reason)")
         case .error: log.debug("connection \(connection.id) closed: \(reason)")
@@ -336,6 +374,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             }
             var result = StatsReport.stats(snapshot, connections: connections, uptime: uptime, journal: journalStats?() ?? JournalStats())
             result.idempotency = dispatcher.withState { KeyStats(keys: $0.keys.count, hits: $0.keys.hits, evictions: $0.keys.evictions) }
+            result.replication = replicationStats?()
             done(result)
         }
     }

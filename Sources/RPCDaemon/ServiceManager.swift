@@ -65,8 +65,21 @@ final class ServiceManager: @unchecked Sendable {
     }
 
     static func summary(_ stats: StatsResult) -> String {
-        "serving: \(stats.connections.current) connections (\(stats.connections.total) total), "
+        "serving\(role(stats.replication)): \(stats.connections.current) connections (\(stats.connections.total) total), "
             + "\(stats.requests) requests, \(stats.errors) errors, up \(Int(stats.uptimeSeconds)) s"
+    }
+
+    /// ` as leader, seq N, 2 followers (max lag 3)` or ` reads as follower of HOST:PORT, seq N, lag M`.
+    static func role(_ replication: ReplicationStats?) -> String {
+        guard let replication else { return "" }
+        let subscribers = replication.subscribers.isEmpty
+            ? ""
+            : ", \(replication.subscribers.count) subscriber\(replication.subscribers.count == 1 ? "" : "s") (max lag \(replication.subscribers.map(\.lagRecords).max() ?? 0))"
+        guard replication.role == "follower", let leader = replication.leader else {
+            return " as leader, seq \(replication.sequence)\(subscribers)"
+        }
+        let state = replication.connected == true ? "" : " (disconnected)"
+        return " reads as follower of \(leader)\(state), seq \(replication.sequence), lag \(replication.lagRecords ?? 0)\(subscribers)"
     }
 
     private func send(_ message: String) {

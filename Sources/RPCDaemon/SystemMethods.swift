@@ -29,7 +29,7 @@ enum StatsReport {
 /// What `system.*` reads from the daemon: version, uptime, statistics and the authenticator.
 /// Created before the server (the dispatcher needs it), attached to it once the server exists.
 final class DaemonContext: ServiceContext, @unchecked Sendable {
-    // @unchecked: `server` and `authenticator` are guarded by `lock`.
+    // @unchecked: `server`, `feed` and `authenticator` are guarded by `lock`.
     let version = CommandLineParser.version
     let maxAuthFailures = 3
     private let startedAt = DispatchTime.now().uptimeNanoseconds
@@ -41,6 +41,14 @@ final class DaemonContext: ServiceContext, @unchecked Sendable {
     init(log: Logger) { self.log = log }
 
     func attach(_ server: Server) { lock.withLock { self.server = server } }
+
+    /// The change feed `replication.subscribe` starts; set before serving.
+    private var feed: ReplicationFeed?
+    func attach(_ feed: ReplicationFeed) { lock.withLock { self.feed = feed } }
+
+    func feedSequences() -> (durable: UInt64, snapshot: UInt64)? {
+        lock.withLock { feed }?.sequences
+    }
 
     /// Sets how tokens are checked (nil: no principals, every `system.auth` fails).
     func setAuthenticator(_ check: (@Sendable (_ name: String, _ token: String) -> RPCRole?)?) {

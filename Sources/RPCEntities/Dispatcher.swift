@@ -9,8 +9,16 @@ public protocol MutationLog: AnyObject, Sendable {
     func refusal() -> String?
     /// Records one applied mutation; returns the ticket its reply must wait for (nil: durable now).
     func record(_ request: Request) -> UInt64?
+    /// Records a leader's mutation under the leader's sequence number `seq` (on a follower, whose
+    /// journal stays byte-compatible with its leader's); returns the ticket, as `record` does.
+    func record(_ request: Request, at seq: UInt64) -> UInt64?
     /// Calls `done` once `ticket` is durable (`nil`) or can never be (the reason). Any thread.
     func whenDurable(_ ticket: UInt64, _ done: @escaping @Sendable (_ failure: String?) -> Void)
+}
+
+extension MutationLog {
+    /// A log that numbers records itself ignores the leader's number.
+    public func record(_ request: Request, at seq: UInt64) -> UInt64? { record(request) }
 }
 
 /// Turns request lines into counter-request lines: decode the envelope, find the method, run it
@@ -27,6 +35,8 @@ public final class Dispatcher: @unchecked Sendable {
     private let onCounterRequest: @Sendable (Request) -> Void
     /// What the service methods (`system.*`) read; nil: they answer `internal`.
     private let context: (any ServiceContext)?
+    /// Set on a follower: why mutations from clients are refused (guarded by `lock`).
+    private var readOnlyMessage: String?
 
     public typealias Session = RPCEntities.Session
 
@@ -143,6 +153,7 @@ public final class Dispatcher: @unchecked Sendable {
         let error = RequestCodec.encode(id: request.id, method: result, form: form, into: &out) { out in
             lock.lock()
             defer { lock.unlock() }
+            if let readOnlyMessage { return .readOnly(readOnlyMessage) }
             if let prior = state.keys.lookup(key, now: now) {
                 guard prior.digest == digest else {
                     return .keyReused("key \"\(key.string.prefix(128))\" was first used with another method or param; use a new key for a new mutation")
@@ -227,12 +238,56 @@ public final class Dispatcher: @unchecked Sendable {
     ) -> (RPCError?, UInt64?) {
         lock.lock()
         defer { lock.unlock() }
+        if isMutation, let readOnlyMessage { return (.readOnly(readOnlyMessage), nil) }
         if isMutation, let log, let reason = log.refusal() {
             return (.internal("mutations are refused: \(reason)"), nil)
         }
         if let error = prepared(&state, &out) { return (error, nil) }
         guard isMutation, let log else { return (nil, nil) }
         return (nil, log.record(request.canonical))
+    }
+
+    /// Makes mutations from clients fail with `readOnly` and `message` (a follower), or serves
+    /// them again (nil).
+    public func setReadOnly(_ message: String?) {
+        lock.withLock { readOnlyMessage = message }
+    }
+
+    /// What applying a leader's mutation came to.
+    public enum Replicated: Sendable {
+        /// Applied and logged; the reply param is in `out`; acknowledge once `ticket` is durable
+        /// (nil: now).
+        case applied(ticket: UInt64?)
+        /// The log takes no mutations now (its writer is behind, or it failed): try again later.
+        case refused(String)
+        /// It does not apply to this state (the follower has diverged): why.
+        case failed(RPCError)
+    }
+
+    /// Applies a mutation a leader sent with its sequence number `seq` (a follower), through the
+    /// same method table as replay, and logs it under `seq`; the reply param goes in `out`. A keyed
+    /// mutation's outcome is remembered, as when serving it, so a retry after a failover finds it.
+    /// The caller checks that `seq` follows the last one applied.
+    public func applyReplicated(_ request: Request, seq: UInt64, into out: inout [UInt8]) -> Replicated {
+        guard let entry = table.entry(for: request.method), entry.isMutation, entry.service == nil else {
+            return .failed(.methodNotFound("\(request.method) is not a mutation this daemon knows; upgrade this follower to the leader's version"))
+        }
+        let prepared: MethodTable<Entities>.Prepared
+        switch entry.prepare(request.param) {
+        case .success(let call): prepared = call
+        case .failure(let error): return .failed(error)
+        }
+        let now = DispatchTime.now().uptimeNanoseconds
+        lock.lock()
+        defer { lock.unlock() }
+        if let log, let reason = log.refusal() { return .refused(reason) }
+        let start = out.count
+        if let error = prepared(&state, &out) { return .failed(error) }
+        if let key = request.key {
+            let digest = IdempotencyKeys.digest(method: request.method, param: request.param)
+            state.keys.remember(ExactID(key), .init(digest: digest, reply: Array(out[start...]), seq: seq), now: now)
+        }
+        return .applied(ticket: log?.record(request.canonical, at: seq))
     }
 
     /// Runs `body` with the state lock held (snapshots, stats).

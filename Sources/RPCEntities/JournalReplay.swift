@@ -228,6 +228,12 @@ public struct JournalReplay {
         }
     }
 
+    /// Applies one record of a snapshot a leader sends (a follower rebuilding its state); the
+    /// reason it failed, or nil.
+    public mutating func applySnapshotRecord(_ request: Request) -> String? {
+        apply(JournalRecord.Fields(id: request.id, method: request.method.description, param: request.param, seq: nil, key: nil, sealed: true), seq: 0)
+    }
+
     /// Uptime now, the time replayed keys are remembered at (their window starts at the replay).
     static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 

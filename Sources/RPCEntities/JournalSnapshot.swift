@@ -72,7 +72,7 @@ public enum JournalSnapshot {
     private static let keyLinePrefix = Array(#"{"rpcdKey":"#.utf8)
 
     /// A snapshot line remembering an idempotency key (not a record: nc replay does not need it).
-    static func isKeyLine(_ line: UnsafeRawBufferPointer) -> Bool {
+    public static func isKeyLine(_ line: UnsafeRawBufferPointer) -> Bool {
         line.count > keyLinePrefix.count && line.prefix(keyLinePrefix.count).elementsEqual(keyLinePrefix)
     }
 
@@ -99,7 +99,7 @@ public enum JournalSnapshot {
 
     /// The header's sequence number and record count, and whether it is sealed (snapshots written
     /// before checksums are not).
-    static func parseHeader(_ line: UnsafeRawBufferPointer) -> Result<(seq: UInt64, records: Int, sealed: Bool), JournalLineError> {
+    public static func parseHeader(_ line: UnsafeRawBufferPointer) -> Result<(seq: UInt64, records: Int, sealed: Bool), JournalLineError> {
         let seal = JournalRecord.checksum(of: line)
         if case .mismatch(let stored, let computed) = seal {
             return .failure(.checksumMismatch(stored: stored, computed: computed))

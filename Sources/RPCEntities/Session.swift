@@ -17,6 +17,18 @@ public struct Session: Sendable {
     public var authFailures = 0
     /// Set by a handler: close the connection once the reply is sent (e.g. too many failed logins).
     public var closeAfterReply = false
+    /// Set by `replication.subscribe`: after its reply, the connection gets the change feed.
+    public var feed: FeedStart?
+
+    /// Where a connection's change feed starts.
+    public struct FeedStart: Sendable, Equatable {
+        /// The last record the subscriber has: the feed sends the ones after it.
+        public var after: UInt64
+        /// Send the snapshot first (`after` is older than the journal).
+        public var snapshotFirst: Bool
+        /// The server started it (a second subscribe on the connection is refused).
+        public var started = false
+    }
 
     public init(role: RPCRole? = .admin, peer: String = "") {
         self.role = role
@@ -48,4 +60,11 @@ public protocol ServiceContext: Sendable {
     func authenticate(name: String, token: String, peer: String) -> RPCRole?
     /// Failed `system.auth` calls after which a connection is closed.
     var maxAuthFailures: Int { get }
+    /// The last durable sequence number and the one the snapshot covers (0: none); nil when
+    /// there is no change feed.
+    func feedSequences() -> (durable: UInt64, snapshot: UInt64)?
+}
+
+extension ServiceContext {
+    public func feedSequences() -> (durable: UInt64, snapshot: UInt64)? { nil }
 }

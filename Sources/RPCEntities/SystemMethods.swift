@@ -29,6 +29,33 @@ enum SystemMethods {
         table.service(SystemStats.self, access: .admin) { _, _, context in
             .later { done in context.stats { done(.success($0)) } }
         }
+        table.service(ReplicationSubscribe.self, access: .replicate) { p, session, context in
+            subscribe(p, session: &session, context: context)
+        }
+    }
+
+    /// `replication.subscribe`: checks where the feed can start; the server starts it after the reply.
+    static func subscribe(_ p: ReplicationSubscribe, session: inout Session, context: any ServiceContext) -> MethodTable<Entities>.ServiceResult<SubscribeResult> {
+        guard session.feed == nil else {
+            return .failure(.invalidParams("this connection is subscribed already; open another connection for a second feed"))
+        }
+        guard let (durable, snapshot) = context.feedSequences() else {
+            return .failure(.internal("this daemon keeps no journal to feed changes from"))
+        }
+        var after = durable
+        if let from = p.fromSequence {
+            guard from >= 0 else { return .failure(.invalidParams("fromSequence \(from) is negative; sequence numbers start at 1 (0: from the beginning)")) }
+            guard UInt64(from) <= durable else {
+                return .failure(.invalidParams("fromSequence \(from) is ahead of this daemon's last sequence number \(durable): the subscriber holds records this daemon never had; empty its data directory to rebuild it from a snapshot, or follow a daemon that has them"))
+            }
+            after = UInt64(from)
+        }
+        let snapshotFirst = after < snapshot
+        if snapshotFirst && p.snapshot != true {
+            return .failure(.snapshotRequired("records up to \(snapshot) are only in this daemon's snapshot (its journal starts at \(snapshot + 1)); subscribe with \"snapshot\": true to receive the snapshot first, or from \(snapshot) or later"))
+        }
+        session.feed = Session.FeedStart(after: after, snapshotFirst: snapshotFirst)
+        return .now(SubscribeResult(sequence: Int(clamping: durable), snapshotSequence: Int(clamping: snapshot)))
     }
 
     /// Every entity and method of `table`, in registration order, with params and access.

@@ -8,17 +8,18 @@ import RPCTransport
 /// | `protected_mode` / `--protected-mode` | `yes` (default) or `no` |
 /// | `unix_roles` / `--unix-roles` | `UID_OR_USERNAME:ROLE, …` (empty: none) |
 /// | `follow_auth_file` / `--follow-auth-file` | PATH of a follower's `NAME:TOKEN` file (empty: none) |
+/// | `follow` / `--follow` | `HOST:PORT` or `unix:PATH` of the leader to follow (empty: none, a leader) |
 ///
 /// Without `auth_file`, `$CREDENTIALS_DIRECTORY/auth` is used when it exists: systemd's
 /// `LoadCredential=auth:/etc/rpcd/auth` puts a copy of the file there, readable by the service's
 /// dynamic user while the original stays root's alone.
 enum AccessSettings {
-    static let keys = ["auth_file", "protected_mode", "unix_roles", "follow_auth_file"]
+    static let keys = ["auth_file", "protected_mode", "unix_roles", "follow_auth_file", "follow"]
 
     /// Flags, by the key they set.
     static let flags = [
         "--auth-file": "auth_file", "--protected-mode": "protected_mode", "--unix-roles": "unix_roles",
-        "--follow-auth-file": "follow_auth_file",
+        "--follow-auth-file": "follow_auth_file", "--follow": "follow",
     ]
 
     /// The credential's name in `LoadCredential=NAME:PATH`.
@@ -33,6 +34,15 @@ enum AccessSettings {
         switch key {
         case "auth_file": options.authFile = value.isEmpty ? nil : value
         case "follow_auth_file": options.followAuthFile = value.isEmpty ? nil : value
+        case "follow":
+            guard !value.isEmpty else {
+                options.follow = nil
+                return nil
+            }
+            guard SocketAddress(parsing: value) != nil else {
+                return ConfigValue.Problem("is not the leader's address: use \(SocketAddress.acceptedForms)")
+            }
+            options.follow = value
         case "protected_mode":
             switch value {
             case "yes": options.protectedMode = true
@@ -57,6 +67,7 @@ enum AccessSettings {
         case "protected_mode": options.protectedMode = flags.protectedMode
         case "unix_roles": options.unixRoles = flags.unixRoles
         case "follow_auth_file": options.followAuthFile = flags.followAuthFile
+        case "follow": options.follow = flags.follow
         default: return false
         }
         return true
@@ -69,6 +80,7 @@ enum AccessSettings {
             "protected_mode = \(options.protectedMode ? "yes" : "no")",
             "unix_roles = \(UnixRole.render(options.unixRoles))",
             "follow_auth_file = \(options.followAuthFile ?? "")",
+            "follow = \(options.follow ?? "")",
         ].map { $0.hasSuffix(" = ") ? String($0.dropLast()) : $0 }
     }
 

@@ -1,0 +1,164 @@
+import Dispatch
+import Foundation
+import RPCEntities
+import RPCSchema
+import RPCTransport
+
+/// The change feed of `replication.subscribe`: every durable journal batch, kept in memory for a
+/// while and handed to each subscriber's connection as its output drains. A subscriber that falls
+/// behind what memory keeps is fed from the journal files (on a queue of their own: reads can wait
+/// for the disk); one whose next record a compaction moved into the snapshot is disconnected with
+/// a logged reason (it subscribes again, with a snapshot).
+///
+/// Bounded: memory keeps `maxMemoryBytes` of batches for everyone; each subscriber has at most
+/// its window of output queued. A slow subscriber costs only its own window: clients and other
+/// subscribers never wait for it.
+final class ReplicationFeed: @unchecked Sendable {
+    // @unchecked: every `var` is guarded by `lock`; the rest is immutable.
+    struct Batch {
+        var first: UInt64
+        var last: UInt64
+        var bytes: [UInt8]
+    }
+
+    let files: DataFiles
+    let maxLineBytes: Int
+    let maxMemoryBytes: Int
+    let log: Logger
+    /// Reads journal and snapshot files for subscribers that are behind.
+    let fileQueue = DispatchQueue(label: "rpcd.replication.files", qos: .utility)
+
+    private let lock = NSLock()
+    private var batches: [Batch] = []
+    private var head = 0
+    private var memoryBytes = 0
+    private var durable: UInt64
+    private var snapshotSeq: UInt64
+    /// Journal bytes and records published since the start (for the average line size).
+    private var publishedBytes: UInt64 = 0
+    private var publishedRecords: UInt64 = 0
+    private var subscribers: [ObjectIdentifier: Subscriber] = [:]
+
+    init(files: DataFiles, durable: UInt64, snapshotSeq: UInt64, maxLineBytes: Int, maxMemoryBytes: Int = 16 << 20, log: Logger) {
+        self.files = files
+        self.durable = durable
+        self.snapshotSeq = snapshotSeq
+        self.maxLineBytes = maxLineBytes
+        self.maxMemoryBytes = maxMemoryBytes
+        self.log = log
+    }
+
+    // MARK: - From the journal (its writer queue, one batch at a time, in order)
+
+    /// A batch of journal lines (records up to `lastSeq`) is durable.
+    func published(_ bytes: [UInt8], lastSeq: UInt64) {
+        let waiting: [Subscriber] = lock.withLock {
+            guard lastSeq > durable else { return [] }
+            batches.append(Batch(first: durable + 1, last: lastSeq, bytes: bytes))
+            publishedBytes &+= UInt64(bytes.count)
+            publishedRecords &+= lastSeq - durable
+            memoryBytes += bytes.count
+            durable = lastSeq
+            while memoryBytes > maxMemoryBytes, head < batches.count - 1 {
+                memoryBytes -= batches[head].bytes.count
+                batches[head].bytes = []
+                head += 1
+            }
+            if head > 64 && head * 2 > batches.count {
+                batches.removeFirst(head)
+                head = 0
+            }
+            return subscribers.values.filter { $0.wantsWake() }
+        }
+        for subscriber in waiting { subscriber.wake() }
+    }
+
+    /// A follower replaced its state with its leader's snapshot at `seq`: what memory held is
+    /// from before; subscribers that are behind it need that snapshot (they are disconnected when
+    /// they next read, and subscribe again).
+    func restarted(at seq: UInt64) {
+        lock.withLock {
+            batches = []
+            head = 0
+            memoryBytes = 0
+            durable = seq
+            snapshotSeq = seq
+        }
+    }
+
+    /// The snapshot moved on (a compaction).
+    func compacted(at seq: UInt64) {
+        lock.withLock { snapshotSeq = max(snapshotSeq, seq) }
+    }
+
+    // MARK: - For subscribers
+
+    var sequences: (durable: UInt64, snapshot: UInt64) { lock.withLock { (durable, snapshotSeq) } }
+
+    enum Chunk {
+        /// Lines from the asked-for record through `last`.
+        case lines(ArraySlice<UInt8>, last: UInt64)
+        /// Nothing after it is durable yet.
+        case upToDate
+        /// Memory no longer holds it: read the files.
+        case notInMemory
+    }
+
+    /// Lines from record `from` on, about `maxBytes` of them (at least one line, whole lines).
+    func chunk(from: UInt64, maxBytes: Int) -> Chunk {
+        lock.withLock {
+            guard from <= durable else { return .upToDate }
+            guard head < batches.count, batches[head].first <= from else { return .notInMemory }
+            // Usually the newest batches: search from the end.
+            var index = batches.count - 1
+            while batches[index].first > from { index -= 1 }
+            let batch = batches[index]
+            let bytes = batch.bytes
+            var start = 0
+            var skip = from - batch.first
+            while skip > 0, let newline = bytes[start...].firstIndex(of: UInt8(ascii: "\n")) {
+                start = newline + 1
+                skip -= 1
+            }
+            var end = start
+            var last = from - 1
+            while end < bytes.count, last < batch.last {
+                guard let newline = bytes[end...].firstIndex(of: UInt8(ascii: "\n")) else { break }
+                end = newline + 1
+                last += 1
+                if end - start >= maxBytes { break }
+            }
+            guard last >= from else { return .notInMemory }
+            return .lines(bytes[start..<end], last: last)
+        }
+    }
+
+    func add(_ subscriber: Subscriber) {
+        lock.withLock { subscribers[ObjectIdentifier(subscriber)] = subscriber }
+    }
+
+    func remove(_ subscriber: Subscriber) {
+        lock.withLock { subscribers[ObjectIdentifier(subscriber)] = nil }
+    }
+
+    private static func product(_ a: UInt64, _ b: UInt64) -> UInt64 {
+        let (value, overflow) = a.multipliedReportingOverflow(by: b)
+        return overflow ? .max : value
+    }
+
+    /// The feed's figures for `system.stats`.
+    func stats() -> [SubscriberStats] {
+        lock.withLock {
+            let average = publishedRecords > 0 ? publishedBytes / publishedRecords : 0
+            return subscribers.values.map { subscriber in
+                let figures = subscriber.figures
+                let reached = figures.acked > 0 ? figures.acked : figures.sent
+                let behind = durable > reached ? durable - reached : 0
+                return SubscriberStats(
+                    peer: subscriber.peer, sentSequence: Int(clamping: figures.sent), ackedSequence: Int(clamping: figures.acked),
+                    lagRecords: Int(clamping: behind), lagBytes: Int(clamping: Self.product(behind, average)))
+            }
+            .sorted { $0.peer < $1.peer }
+        }
+    }
+}

@@ -1,0 +1,313 @@
+import Dispatch
+import Foundation
+import RPCClient
+import RPCEntities
+import RPCSchema
+import RPCTransport
+
+/// `rpcd serve --follow HOST:PORT`: mirrors a leader. It connects with the package's `RPCClient`,
+/// subscribes to the leader's change feed from its own last sequence number (a snapshot allowed),
+/// applies each mutation through the dispatcher's method table, journals it under the leader's
+/// sequence number, and acknowledges it (the ordinary `…Result` counter-request) once its own
+/// journal has it, per its `--fsync` policy.
+///
+/// Records are applied one by one, in order, on the follower's queue: a record that does not
+/// follow the last one (a gap) or does not apply (divergence) stops following with a logged
+/// reason, never a silent skip. The queue holds at most `maxInbox` records: past that the client
+/// stops reading and the leader's sends wait in TCP (the leader then feeds from its files).
+final class Follower: @unchecked Sendable {
+    // @unchecked: the vars marked "guarded" are guarded by `lock`; the ones marked "queue only" are
+    // touched on `queue`.
+    let leader: String
+    private let credentials: RPCCredentials?
+    private let dispatcher: Dispatcher
+    private let journal: Journal
+    private let log: Logger
+    /// Sets the idempotency bounds on a state received in a snapshot.
+    private let configureKeys: @Sendable (inout Entities) -> Void
+    private let queue = DispatchQueue(label: "rpcd.follower")
+    static let maxInbox = 1024
+
+    private let lock = NSLock()
+    // Guarded.
+    private var inbox: [Request] = []
+    /// Requests before `inboxHead` are handled.
+    private var inboxHead = 0
+    private var draining = false
+    private var readingPaused = false
+    private var client: RPCClient?
+    private var connected = false
+    private var stopped: String?
+    private var applied: UInt64
+    private var leaderSequence: UInt64
+
+    // Queue only.
+    private var incoming: (replay: JournalReplay, seq: UInt64, records: Int)?
+    /// A record is waiting (the journal is behind, or a snapshot is being installed).
+    private var blocked = false
+
+    init(
+        leader: String, credentials: RPCCredentials?, dispatcher: Dispatcher, journal: Journal, log: Logger,
+        configureKeys: @escaping @Sendable (inout Entities) -> Void
+    ) {
+        self.leader = leader
+        self.credentials = credentials
+        self.dispatcher = dispatcher
+        self.journal = journal
+        self.log = log
+        self.configureKeys = configureKeys
+        let start = journal.sequences.durable
+        self.applied = start
+        self.leaderSequence = start
+    }
+
+    /// Refuses client mutations from now on and starts following (reconnecting with backoff).
+    func start() {
+        dispatcher.setReadOnly(
+            "this daemon follows the leader at \(leader) and serves reads only; send mutations to the leader at \(leader)")
+        Task { await self.run() }
+    }
+
+    var stats: ReplicationStats {
+        lock.withLock {
+            ReplicationStats(
+                role: "follower", sequence: Int(clamping: applied), leader: leader, connected: connected,
+                leaderSequence: Int(clamping: leaderSequence),
+                lagRecords: Int(clamping: leaderSequence > applied ? leaderSequence - applied : 0))
+        }
+    }
+
+    /// `follower of HOST:PORT, seq N, lag M` for systemd's STATUS= line.
+    var summary: String {
+        let figures = stats
+        let state = lock.withLock { stopped != nil ? "stopped" : connected ? "connected" : "reconnecting" }
+        return "follower of \(leader) (\(state)), seq \(figures.sequence), lag \(figures.lagRecords ?? 0)"
+    }
+
+    // MARK: - The connection
+
+    private func run() async {
+        var attempt = 0
+        while lock.withLock({ stopped == nil }) {
+            var options = RPCClientOptions()
+            options.credentials = credentials
+            options.connectTimeout = .seconds(5)
+            do {
+                let client = try await RPCClient.connect(to: leader, options: options)
+                let (lost, signal) = AsyncStream<String>.makeStream()
+                client.onFeed({ [self] request in receive(request) }, onLost: { why in signal.yield(why) })
+                let from = lock.withLock {
+                    self.client = client
+                    return applied
+                }
+                let result = try await client.call(
+                    ReplicationSubscribe(fromSequence: Int(clamping: from), snapshot: true), timeout: .seconds(30))
+                lock.withLock {
+                    connected = true
+                    leaderSequence = max(leaderSequence, UInt64(clamping: result.sequence))
+                }
+                attempt = 0
+                log.info("following \(leader) from sequence \(from) (the leader is at \(result.sequence))")
+                var why = "the connection closed"
+                for await reason in lost {
+                    why = reason
+                    break
+                }
+                lock.withLock {
+                    connected = false
+                    self.client = nil
+                }
+                client.close()
+                if lock.withLock({ stopped != nil }) { return }
+                log.warning("lost the leader \(leader): \(why); reconnecting")
+            } catch {
+                lock.withLock { self.client = nil }
+                if lock.withLock({ stopped != nil }) { return }
+                log.warning(key: "follow", "cannot follow \(leader): \(error); retrying")
+            }
+            attempt += 1
+            let delay = min(5.0, 0.05 * Double(1 << min(attempt, 7)))
+            try? await Task.sleep(for: .milliseconds(Int(delay * 1000)))
+        }
+    }
+
+    /// On the client's queue: a request from the leader joins the inbox; reading pauses while the
+    /// inbox is full.
+    private func receive(_ request: Request) -> FeedFlow {
+        let (flow, schedule): (FeedFlow, Bool) = lock.withLock {
+            inbox.append(request)
+            let full = inbox.count - inboxHead >= Self.maxInbox
+            if full { readingPaused = true }
+            defer { draining = true }
+            return (full ? .pause : .continue, !draining)
+        }
+        if schedule { queue.async { self.drain() } }
+        return flow
+    }
+
+    /// Applies what the inbox holds, in order, until it is empty or a record must wait.
+    private func drain() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        while !blocked {
+            let (next, resume): (Request?, RPCClient?) = lock.withLock {
+                guard stopped == nil, inboxHead < inbox.count else {
+                    inbox.removeAll(keepingCapacity: true)
+                    inboxHead = 0
+                    draining = false
+                    return (nil, nil)
+                }
+                var resume: RPCClient?
+                if readingPaused && inbox.count - inboxHead <= Self.maxInbox / 2 {
+                    readingPaused = false
+                    resume = client
+                }
+                return (inbox[inboxHead], resume)
+            }
+            resume?.resumeFeed()
+            guard let request = next else { return }
+            guard handle(request) else { return }  // blocked: it stays first in the inbox
+            handled()
+        }
+    }
+
+    /// The first request of the inbox is done.
+    private func handled() {
+        lock.withLock {
+            guard inboxHead < inbox.count else { return }
+            inboxHead += 1
+            if inboxHead >= 256 && inboxHead * 2 >= inbox.count {
+                inbox.removeFirst(inboxHead)
+                inboxHead = 0
+            }
+        }
+    }
+
+    /// Handles one request from the leader; false when it must wait (it is handled again later).
+    private func handle(_ request: Request) -> Bool {
+        switch request.method {
+        case SnapshotBegin.method:
+            guard let begin = decode(SnapshotBegin.self, request) else { return true }
+            incoming = (JournalReplay(), UInt64(clamping: begin.sequence), begin.records)
+            log.info("receiving the leader's snapshot at sequence \(begin.sequence) (\(begin.records) records)")
+            return true
+        case SnapshotEnd.method:
+            guard let end = decode(SnapshotEnd.self, request) else { return true }
+            return install(end)
+        default:
+            break
+        }
+        if request.id == "s" {
+            guard incoming != nil else { return true }
+            if let reason = incoming!.replay.applySnapshotRecord(request) {
+                stop("a record of the leader's snapshot does not apply: \(reason)")
+            }
+            return true
+        }
+        guard request.id.utf8.first == UInt8(ascii: "r"), let seq = UInt64(request.id.dropFirst()) else { return true }
+        return apply(request, seq: seq)
+    }
+
+    private func decode<T: Decodable>(_ type: T.Type, _ request: Request) -> T? {
+        guard let value = try? JSONValueDecoder().decode(T.self, from: request.param ?? .null) else {
+            stop("\(request.method) from the leader has a param this daemon cannot read; upgrade it to the leader's version")
+            return nil
+        }
+        return value
+    }
+
+    /// The snapshot is complete: it replaces the files and the state, then records go on from it.
+    private func install(_ end: SnapshotEnd) -> Bool {
+        guard let snapshot = incoming, snapshot.seq == UInt64(clamping: end.sequence), snapshot.replay.applied == snapshot.records else {
+            stop("the leader's snapshot ended at sequence \(end.sequence) after \(incoming?.replay.applied ?? 0) of \(incoming?.records ?? 0) records; it is incomplete")
+            return true
+        }
+        incoming = nil
+        blocked = true
+        let state = snapshot.replay.state
+        let (seq, records) = (snapshot.seq, snapshot.records)
+        journal.restart(with: state, at: seq) { [self] failure in
+            queue.async { [self] in
+                if let failure { return stop(failure) }
+                dispatcher.withState { current in
+                    current = state
+                    configureKeys(&current)
+                }
+                lock.withLock {
+                    applied = seq
+                    leaderSequence = max(leaderSequence, seq)
+                }
+                log.info("caught up through a snapshot at sequence \(seq) (\(records) records)")
+                blocked = false
+                handled()  // the snapshotEnd
+                drain()
+            }
+        }
+        return false
+    }
+
+    /// Applies mutation `seq`; false when the journal is behind (tried again shortly).
+    private func apply(_ request: Request, seq: UInt64) -> Bool {
+        let last = lock.withLock { applied }
+        guard seq > last else { return true }  // sent before (a reconnect): applied already
+        guard seq == last + 1 else {
+            stop("record \(seq) arrived after \(last): \(seq == last + 2 ? "record \(last + 1) is" : "records \(last + 1)...\(seq - 1) are") missing (a gap)")
+            return true
+        }
+        var reply: [UInt8] = []
+        switch dispatcher.applyReplicated(request, seq: seq, into: &reply) {
+        case .refused:
+            blocked = true
+            queue.asyncAfter(deadline: .now() + .milliseconds(10)) { [self] in
+                blocked = false
+                drain()
+            }
+            return false
+        case .failed(let error):
+            acknowledge(request.id, error: error)
+            stop("record \(seq) (\(request.method)) does not apply here: \(error.errorMessage); this daemon has diverged from its leader")
+            return true
+        case .applied(let ticket):
+            lock.withLock {
+                applied = seq
+                leaderSequence = max(leaderSequence, seq)
+            }
+            var line: [UInt8] = []
+            RequestCodec.encode(id: request.id, method: request.method.result, form: .canonical, into: &line) { out in
+                out.append(contentsOf: reply)
+                return nil
+            }
+            guard let ticket else {
+                send(line)
+                return true
+            }
+            let ack = line
+            journal.whenDurable(ticket) { [self] failure in
+                if failure == nil { send(ack) }
+            }
+            return true
+        }
+    }
+
+    private func acknowledge(_ id: String, error: RPCError) {
+        var line: [UInt8] = []
+        RequestCodec.encodeError(id: id, error, form: .canonical, into: &line)
+        send(line)
+    }
+
+    private func send(_ line: [UInt8]) {
+        lock.withLock { client }?.sendCounterRequest(line)
+    }
+
+    /// Stops following for good (this daemon keeps serving reads), with a logged reason.
+    private func stop(_ reason: String) {
+        let client: RPCClient? = lock.withLock {
+            guard stopped == nil else { return nil }
+            stopped = reason
+            inbox = []
+            inboxHead = 0
+            return self.client
+        }
+        log.error("stopped following \(leader): \(reason); this daemon keeps serving reads. Empty its data directory to rebuild it from the leader's snapshot, then restart it")
+        client?.close()
+    }
+}

@@ -1,0 +1,284 @@
+import Dispatch
+import Foundation
+import RPCEntities
+import RPCSchema
+import RPCTransport
+
+/// One connection subscribed to the change feed. Its sending state lives on the connection's loop
+/// queue; file reads happen on the feed's file queue, one at a time per subscriber.
+///
+/// The connection holds at most `window` bytes of feed output: the subscriber writes more only as
+/// the peer reads (`connectionDidDrain`), so a peer that never reads costs its window and no more.
+final class Subscriber: @unchecked Sendable {
+    // @unchecked: `wakeScheduled` and `counts` are guarded by `lock`; the vars marked "loop only"
+    // are touched on the connection's loop queue; `cursor` and `snapshot` on the feed's file queue.
+    let connection: Connection
+    let peer: String
+    let form: WireForm
+    private let feed: ReplicationFeed
+    private let window: Int
+
+    private let lock = NSLock()
+    private var wakeScheduled = false
+    private var counts: (sent: UInt64, acked: UInt64) = (0, 0)
+
+    // Loop only.
+    private var nextSeq: UInt64
+    private var phase: Phase
+    private var reading = false
+
+    // File queue only.
+    private var cursor: JournalCursor?
+    private var snapshot: SnapshotCursor?
+
+    enum Phase {
+        /// The snapshot goes first (records up to its sequence), then the journal.
+        case snapshot
+        /// Records from `nextSeq` on.
+        case tail
+    }
+
+    init(connection: Connection, peer: String, form: WireForm, after: UInt64, snapshotFirst: Bool, feed: ReplicationFeed) {
+        self.connection = connection
+        self.peer = peer
+        self.form = form
+        self.feed = feed
+        self.nextSeq = after &+ 1
+        self.phase = snapshotFirst ? .snapshot : .tail
+        self.counts = (after, 0)
+        // A quarter of the output cap: the subscriber's own calls keep room for their replies.
+        self.window = min(4 << 20, max(16 << 10, connection.limits.maxOutputBytes / 4))
+    }
+
+    var figures: (sent: UInt64, acked: UInt64) { lock.withLock { counts } }
+
+    /// The subscriber answered record `seq` (its `…Result` or `error.error` with id `"r<seq>"`).
+    func acknowledged(_ seq: UInt64) {
+        lock.withLock {
+            if seq <= counts.sent && seq > counts.acked { counts.acked = seq }
+        }
+    }
+
+    /// True once per wake-up: a wake is scheduled now (called with the feed's lock held).
+    func wantsWake() -> Bool {
+        lock.withLock {
+            defer { wakeScheduled = true }
+            return !wakeScheduled
+        }
+    }
+
+    func wake() {
+        connection.queue.async { [self] in
+            lock.withLock { wakeScheduled = false }
+            pump()
+        }
+    }
+
+    // MARK: - Sending (loop only)
+
+    /// Sends what is durable and fits the window; asks the files for what memory no longer has.
+    func pump() {
+        connection.loop.preconditionOnLoop()
+        guard !connection.isClosed, !reading else { return }
+        while connection.pendingOutputBytes < window {
+            if case .snapshot = phase { return readFiles() }
+            switch feed.chunk(from: nextSeq, maxBytes: window - connection.pendingOutputBytes) {
+            case .upToDate:
+                connection.flush()
+                return
+            case .notInMemory:
+                return readFiles()
+            case .lines(let lines, let last):
+                send(lines, last: last)
+            }
+            connection.flush()
+        }
+    }
+
+    private func send(_ lines: ArraySlice<UInt8>, last: UInt64) {
+        switch form {
+        case .canonical: connection.send { $0.append(contentsOf: lines) }
+        case .seed: connection.send { Self.reencode(lines, as: .seed, into: &$0) }
+        }
+        nextSeq = last &+ 1
+        lock.withLock { counts.sent = max(counts.sent, last) }
+    }
+
+    /// Reads the next lines from the files, then sends them (and pumps on) on the loop.
+    private func readFiles() {
+        reading = true
+        let from = nextSeq
+        let inSnapshot: Bool = if case .snapshot = phase { true } else { false }
+        let maxBytes = window
+        feed.fileQueue.async { [self] in
+            let durable = feed.sequences.durable
+            let outcome: FileRead = inSnapshot ? readSnapshot(maxBytes: maxBytes) : readJournal(from: from, durable: durable, maxBytes: maxBytes)
+            connection.queue.async { [self] in
+                reading = false
+                guard !connection.isClosed else { return }
+                switch outcome {
+                case .lines(let bytes, let last):
+                    if !bytes.isEmpty { send(bytes[...], last: last) }
+                case .snapshotLines(let bytes, let end):
+                    connection.send { Self.reencode(bytes[...], as: form, into: &$0, keepIDs: true) }
+                    if let end {
+                        phase = .tail
+                        nextSeq = end &+ 1
+                        lock.withLock { counts.sent = max(counts.sent, end) }
+                    }
+                case .stop(let reason):
+                    feed.log.warning("replication: disconnecting subscriber \(peer): \(reason)")
+                    connection.send { out in
+                        RequestCodec.encodeError(id: "", .internal("the change feed stopped: \(reason); subscribe again (with \"snapshot\": true)"), form: form, into: &out)
+                    }
+                    return connection.closeAfterFlush(.closedByServer("change feed stopped: \(reason)"))
+                }
+                connection.flush()
+                pump()
+            }
+        }
+    }
+
+    private enum FileRead {
+        case lines([UInt8], last: UInt64)
+        /// Snapshot lines (already with their begin and end lines); `end` once the snapshot is done.
+        case snapshotLines([UInt8], end: UInt64?)
+        case stop(String)
+    }
+
+    private func readJournal(from: UInt64, durable: UInt64, maxBytes: Int) -> FileRead {
+        let cursor = self.cursor ?? JournalCursor(files: feed.files, maxLineBytes: feed.maxLineBytes)
+        self.cursor = cursor
+        switch cursor.read(from: from, durable: durable, maxBytes: maxBytes) {
+        case .lines(let bytes, let last): return .lines(bytes, last: last)
+        case .gone(let why): return .stop("it fell behind compaction (\(why))")
+        case .failed(let why): return .stop(why)
+        }
+    }
+
+    private func readSnapshot(maxBytes: Int) -> FileRead {
+        if snapshot == nil {
+            switch SnapshotCursor.open(feed.files.snapshot, maxLineBytes: feed.maxLineBytes) {
+            case .failure(let problem): return .stop(problem.reason)
+            case .success(let opened): snapshot = opened
+            }
+        }
+        guard let snapshot else { return .stop("no snapshot") }
+        var out: [UInt8] = []
+        if !snapshot.begun {
+            snapshot.begun = true
+            RequestCodec.encode(
+                id: "snapshot", method: SnapshotBegin.method,
+                param: .object(JSONObject([
+                    ("sequence", .number(String(snapshot.seq))), ("records", .number(String(snapshot.records))),
+                ])), form: .canonical, into: &out)
+        }
+        switch snapshot.nextRecords(maxBytes: maxBytes, into: &out) {
+        case .failure(let problem): return .stop(problem.reason)
+        case .success(let done):
+            guard done else { return .snapshotLines(out, end: nil) }
+            RequestCodec.encode(
+                id: "snapshot", method: SnapshotEnd.method, param: .object(JSONObject([("sequence", .number(String(snapshot.seq)))])),
+                form: .canonical, into: &out)
+            let seq = snapshot.seq
+            self.snapshot = nil
+            return .snapshotLines(out, end: seq)
+        }
+    }
+
+    /// Journal lines in another wire form: each decoded and written again, with its `seq` (and
+    /// without the seal, which covers the canonical bytes). Canonical stays as it is.
+    static func reencode(_ lines: ArraySlice<UInt8>, as form: WireForm, into out: inout [UInt8], keepIDs: Bool = false) {
+        guard form == .seed else { return out.append(contentsOf: lines) }
+        var start = lines.startIndex
+        while start < lines.endIndex, let newline = lines[start...].firstIndex(of: UInt8(ascii: "\n")) {
+            let line = lines[start..<newline]
+            start = newline + 1
+            line.withUnsafeBytes { raw in
+                guard case .request(var request) = RequestCodec.decode(raw) else { return }
+                request.form = .seed
+                RequestCodec.encode(request, into: &out)
+                if let seq = JournalCursor.seq(ofLine: line) {
+                    out.removeLast(2)  // "}\n"
+                    out.append(contentsOf: #","seq":"#.utf8)
+                    out.append(contentsOf: String(seq).utf8)
+                    out.append(contentsOf: "}\n".utf8)
+                }
+            }
+        }
+    }
+}
+
+/// Reads a snapshot file's record lines in chunks (the header first, key lines skipped).
+final class SnapshotCursor {
+    let seq: UInt64
+    let records: Int
+    var begun = false
+    private let fd: Int32
+    private let path: String
+    private var offset: Int
+    private let maxLineBytes: Int
+
+    private init(fd: Int32, path: String, seq: UInt64, records: Int, offset: Int, maxLineBytes: Int) {
+        self.fd = fd
+        self.path = path
+        self.seq = seq
+        self.records = records
+        self.offset = offset
+        self.maxLineBytes = maxLineBytes
+    }
+
+    deinit { FileIO.close(fd) }
+
+    static func open(_ path: String, maxLineBytes: Int) -> Result<SnapshotCursor, FeedProblem> {
+        let fd: Int32
+        do {
+            fd = try FileIO.open(path, O_RDONLY)
+        } catch {
+            return .failure(FeedProblem("cannot open the snapshot \(path): \(error)"))
+        }
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let n = buffer.withUnsafeMutableBytes { try? FileIO.read(fd, into: $0, at: 0, path: path) } ?? 0
+        guard let newline = buffer[0..<n].firstIndex(of: UInt8(ascii: "\n")),
+            case .success(let header) = buffer[0..<newline].withUnsafeBytes({ JournalSnapshot.parseHeader($0) })
+        else {
+            FileIO.close(fd)
+            return .failure(FeedProblem("the snapshot \(path) has no header line"))
+        }
+        return .success(SnapshotCursor(fd: fd, path: path, seq: header.seq, records: header.records, offset: newline + 1, maxLineBytes: maxLineBytes))
+    }
+
+    /// Appends about `maxBytes` of record lines; true once the file is done.
+    func nextRecords(maxBytes: Int, into out: inout [UInt8]) -> Result<Bool, FeedProblem> {
+        var want = max(4096, maxBytes)
+        while true {
+            var buffer = [UInt8](repeating: 0, count: want)
+            let n: Int
+            do {
+                n = try buffer.withUnsafeMutableBytes { raw throws(Errno) in try FileIO.read(fd, into: raw, at: offset, path: path) }
+            } catch {
+                return .failure(FeedProblem("cannot read the snapshot \(path): \(error)"))
+            }
+            if n == 0 { return .success(true) }
+            guard let lastNewline = buffer[0..<n].lastIndex(of: UInt8(ascii: "\n")) else {
+                if n < want || want >= maxLineBytes { return .failure(FeedProblem("the snapshot \(path) ends in the middle of a line")) }
+                want = min(maxLineBytes, want * 2)
+                continue
+            }
+            var start = 0
+            while start <= lastNewline, let newline = buffer[start...lastNewline].firstIndex(of: UInt8(ascii: "\n")) {
+                let isKey = buffer[start..<newline].withUnsafeBytes { JournalSnapshot.isKeyLine($0) }
+                if !isKey && newline > start { out.append(contentsOf: buffer[start...newline]) }
+                start = newline + 1
+            }
+            offset += lastNewline + 1
+            return .success(false)
+        }
+    }
+}
+
+/// Why the feed cannot go on for a subscriber.
+struct FeedProblem: Error {
+    var reason: String
+    init(_ reason: String) { self.reason = reason }
+}
