@@ -21,6 +21,9 @@ struct Options {
     var listAfterInsert: Int?
     var threads = 1
     var compare: [Reference] = []
+    /// Follower counts to run the load with (`--followers 0,2`): one spawned leader and that many
+    /// `rpcd serve --follow` daemons per run. Nil: no followers, no lag figures.
+    var followers: [Int]?
 
     static let usage = """
         usage: rpcbench (--connect HOST:PORT | --spawn PATH_TO_RPCD) [options]
@@ -40,13 +43,20 @@ struct Options {
                              create with --fsync always), floor (a line server inside rpcbench: raw epoll,
                              one thread, one fixed reply line per request line); prints every row,
                              then RATIO rpcd/redis and RATIO rpcd/floor
+          --followers LIST   with --spawn: also spawn N followers (rpcd serve --follow, same --fsync, own
+                             data directories) and run the load on the leader; reports follower lag in
+                             records (p50/p99/max of the leader's subscribers[].lagRecords every 10 ms
+                             while measured) and the catch-up after the load; a list such as 0,2 runs
+                             the load once per count and prints RATIO followers=2/followers=0
           --idle N           open N idle connections to a spawned daemon, report its RSS per connection
           --recovery N       write N mutations, stop the daemon, time its restart until "listening on"
           --in-process N     no sockets: run N requests of the workload through the dispatcher on this thread
                              (for profiling the decode-dispatch-encode path; run it under valgrind --tool=callgrind)
           --list-after-insert N  no sockets: create N users, then time rounds of createUser + listUsers {limit:1}
         Prints a table, then: RESULT workload=… conns=… depth=… rps=… p50_us=… p99_us=… p999_us=… errors=…
-        (rows for --compare: RESULT target=redis|floor workload=… and the same fields)
+        (rows for --compare: RESULT target=redis|floor workload=… and the same fields; with --followers,
+        RESULT … followers=N … and LAG followers=N p50_records=… p99_records=… max_records=… samples=…
+        batch_est=… catchup_ms=…)
         Exits 1 if any request failed or any reply did not match its request.
         """
 
@@ -98,6 +108,13 @@ struct Options {
                     if !options.compare.contains(reference) { options.compare.append(reference) }
                 }
             case "--list-after-insert": options.listAfterInsert = try number(Int.self)
+            case "--followers":
+                let text = try value()
+                let counts = text.split(separator: ",", omittingEmptySubsequences: false).map { Int($0) }
+                guard !counts.isEmpty, counts.allSatisfy({ ($0 ?? -1) >= 0 && ($0 ?? 0) <= 16 }) else {
+                    throw UsageError("--followers '\(text)' is not a count of followers (0 to 16) or a list such as 0,2")
+                }
+                options.followers = counts.compactMap { $0 }
             case "--help", "-h": throw UsageError(usage)
             default: throw UsageError("unknown option '\(flag)'; see rpcbench --help")
             }
@@ -105,6 +122,9 @@ struct Options {
         if options.connect == nil && options.spawn == nil && options.inProcess == nil && options.listAfterInsert == nil { throw UsageError("give --connect HOST:PORT or --spawn PATH_TO_RPCD") }
         if (options.idle != nil || options.recovery != nil) && options.spawn == nil {
             throw UsageError("--idle and --recovery need --spawn PATH_TO_RPCD (they measure the daemon's process)")
+        }
+        if options.followers != nil && (options.spawn == nil || options.idle != nil || options.recovery != nil || !options.compare.isEmpty) {
+            throw UsageError("--followers needs --spawn PATH_TO_RPCD and a load run (not --idle, --recovery or --compare)")
         }
         if !options.compare.isEmpty && (options.idle != nil || options.recovery != nil || options.inProcess != nil) {
             throw UsageError("--compare goes with a load run, not --idle, --recovery or --in-process")

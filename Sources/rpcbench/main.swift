@@ -149,13 +149,20 @@ func run() throws -> Never {
     let policies: [String?] = options.fsync.map { $0.split(separator: ",").map { String($0) } } ?? [nil]
     var runs: [(label: String, rps: Int)] = []
     var errors = 0
+    // `--followers 0,2` runs it once per follower count.
+    let followerCounts: [Int?] = options.followers ?? [nil]
     for policy in policies {
         for keyed in options.keyed {
-            if !runs.isEmpty { print("") }
-            let (rps, failed) = try runLoad(fsync: policy, keyed: keyed)
-            let label = options.keyed.count > 1 ? (keyed ? "keyed" : "unkeyed") : (policy ?? "?")
-            runs.append((policies.count > 1 && options.keyed.count > 1 ? "\(policy ?? "?")-\(label)" : label, rps))
-            errors += failed
+            for followers in followerCounts {
+                if !runs.isEmpty { print("") }
+                let (rps, failed) = try runLoad(fsync: policy, keyed: keyed, followers: followers)
+                var label: [String] = []
+                if policies.count > 1 { label.append(policy ?? "?") }
+                if options.keyed.count > 1 { label.append(keyed ? "keyed" : "unkeyed") }
+                if followerCounts.count > 1 { label.append("followers=\(followers ?? 0)") }
+                runs.append((label.isEmpty ? policy ?? "?" : label.joined(separator: "-"), rps))
+                errors += failed
+            }
         }
     }
     if runs.count > 1, let base = runs.first, base.rps > 0 {
@@ -178,23 +185,28 @@ do {
 
 /// One load run against rpcd (`--connect`, or a daemon spawned with `fsync`), then the `--compare`
 /// rows: prints each row's table and RESULT line; returns rpcd's rate and the errors of every row.
-func runLoad(fsync: String?, keyed: Bool = false) throws -> (rps: Int, errors: Int) {
-    let rpcd = try measureRPCD(fsync: fsync, keyed: keyed)
+func runLoad(fsync: String?, keyed: Bool = false, followers: Int? = nil) throws -> (rps: Int, errors: Int) {
+    let rpcd = try measureRPCD(fsync: fsync, keyed: keyed, followers: followers)
     guard !options.compare.isEmpty else { return (rpcd.rps, rpcd.errors) }
     let references = try runComparisons(after: rpcd, fsync: fsync, options: options)
     return (rpcd.rps, references.reduce(rpcd.errors) { $0 + $1.errors })
 }
 
-/// The rpcd row: spawns the daemon (removed again before returning) or reaches `--connect`, creates
-/// the users a get or mixed load reads, runs the load, prints the table and the RESULT line.
-func measureRPCD(fsync: String?, keyed: Bool = false) throws -> Measurement {
+/// The rpcd row: spawns the daemon (and `followers` following it; removed again before returning)
+/// or reaches `--connect`, creates the users a get or mixed load reads, runs the load, prints the
+/// table and the RESULT line (and, with followers, their lag and the LAG line).
+func measureRPCD(fsync: String?, keyed: Bool = false, followers: Int? = nil) throws -> Measurement {
     var target = LoadTarget(name: "rpcd", port: 0)
     var daemon: SpawnedDaemon?
+    var followerSet: FollowerSet?
     if let binary = options.spawn {
         let spawned = try SpawnedDaemon(binary: binary, dataDir: freshDataDir(), extraArguments: fsync.map { ["--fsync", $0] } ?? [])
         daemon = spawned
         target.port = spawned.port
         target.cpuSeconds = { spawned.cpuSeconds() }
+        if let followers {
+            followerSet = try FollowerSet(binary: binary, leaderPort: spawned.port, count: followers, extraArguments: fsync.map { ["--fsync", $0] } ?? [])
+        }
     } else if let connect = options.connect {
         guard let colon = connect.lastIndex(of: ":"), let p = Int(connect[connect.index(after: colon)...]) else {
             fail("--connect '\(connect)' is not HOST:PORT")
@@ -204,6 +216,7 @@ func measureRPCD(fsync: String?, keyed: Bool = false) throws -> Measurement {
         target.port = p
     }
     defer {
+        followerSet?.kill()
         if let daemon {
             daemon.kill()
             Cleanup.removeDirectory(daemon.dataDir)
@@ -217,7 +230,14 @@ func measureRPCD(fsync: String?, keyed: Bool = false) throws -> Measurement {
 
     raiseFileLimit()
     let load = RPCDLoad(workload: options.workload, users: options.users, runTag: String(UUID().uuidString.prefix(8)), keyed: keyed)
-    let rpcd = try measure(load, against: target, options: options)
+    // Lag is sampled over the measured seconds only (the load's connections open first: close enough).
+    let sampler = try followerSet.map { try LagSampler(leaderPort: target.port, followerPorts: $0.ports) }
+    let followersCPUBefore = followerSet?.cpuSeconds() ?? 0
+    let loadStart = nowNanoseconds()
+    sampler?.start(from: loadStart + UInt64(options.warmup * 1e9), until: loadStart + UInt64((options.warmup + options.duration) * 1e9))
+    var rpcd = try measure(load, against: target, options: options)
+    let lag = sampler?.stop()
+    let followersCPU = (followerSet?.cpuSeconds() ?? 0) - followersCPUBefore
     let threadCount = max(1, min(options.threads, options.conns))
     print("workload    \(options.workload.rawValue)\(fsync.map { " (fsync \($0))" } ?? "")\(keyed ? ", keyed creates" : "")")
     print("conns       \(options.conns) x depth \(options.depth), \(threadCount) load thread(s)")
@@ -225,6 +245,14 @@ func measureRPCD(fsync: String?, keyed: Bool = false) throws -> Measurement {
     rpcd.printFigures(
         errorsLine: "\(rpcd.errorReplies) error replies, \(rpcd.mismatches) id mismatches",
         serverLabel: "daemon CPU", serverNote: daemon.map { "; RSS \($0.rssKiB()) KiB" } ?? "")
-    rpcd.printResult("workload=\(options.workload.rawValue)\(fsync.map { " fsync=\($0)" } ?? "")\(keyed ? " keys=yes" : "")", options: options)
+    if let followers, let sampler, let lag {
+        let writes = options.workload == .create ? rpcd.rps : options.workload == .mixed ? rpcd.rps / 10 : 0
+        rpcd.errorReplies += printFollowerFigures(
+            lag, catchUp: followers > 0 ? try sampler.catchUp() : nil, followers: followers, leaderPort: target.port,
+            writesPerSecond: writes, cpuPercent: followersCPU / max(rpcd.elapsed, 0.001) * 100)
+    }
+    let followersField = followers.map { " followers=\($0)" } ?? ""
+    rpcd.printResult(
+        "workload=\(options.workload.rawValue)\(fsync.map { " fsync=\($0)" } ?? "")\(keyed ? " keys=yes" : "")\(followersField)", options: options)
     return rpcd
 }

@@ -64,6 +64,35 @@ import Glibc
         #expect(temp.rpcbenchEntries() == before, "rpcbench left a temporary directory behind")
     }
 
+    @Test("rpcbench --followers 0,1: a RESULT row per count, the follower's lag and catch-up, the ratio; nothing left behind")
+    func followers() throws {
+        let temp = try BenchTemp()
+        defer { temp.remove() }
+        let outcome = try temp.runBench(
+            ["--spawn", try Binaries.rpcd().path, "--workload", "create", "--fsync", "always", "--followers", "0,1",
+             "--duration", "1", "--warmup", "0.2", "--conns", "4", "--depth", "4"],
+            timeout: 90)
+        #expect(outcome.status == 0, "rpcbench failed: \(outcome.stdout)\(outcome.stderr)")
+        let lines = outcome.stdout.split(separator: "\n")
+        for count in [0, 1] {
+            let result = lines.first { $0.hasPrefix("RESULT ") && $0.contains(" followers=\(count) ") } ?? ""
+            #expect(result.contains(" errors=0"), "no RESULT … followers=\(count) … errors=0 line: \(outcome.stdout)")
+        }
+        let lag = lines.first { $0.hasPrefix("LAG followers=1 ") } ?? ""
+        #expect(lag.contains(" p99_records=") && !lag.contains("samples=0 ") && !lag.contains("catchup_ms=none"), "\(outcome.stdout)")
+        #expect(lines.contains { $0.hasPrefix("RATIO followers=1/followers=0 = ") }, "no RATIO line: \(outcome.stdout)")
+        #expect(temp.rpcbenchEntries().isEmpty && temp.processesNamingIt().isEmpty, "left behind: \(temp.rpcbenchEntries())")
+    }
+
+    @Test("rpcbench --followers without --spawn, or with a bad count, exits 2 with one line", arguments: [
+        ["--connect", "127.0.0.1:1", "--followers", "2"], ["--spawn", "/bin/false", "--followers", "two"], ["--spawn", "/bin/false", "--followers", "-1"],
+    ])
+    func followersMisused(_ arguments: [String]) throws {
+        let outcome = try runProcess(try Binaries.rpcbench(), arguments, timeout: 30)
+        #expect(outcome.status == 2)
+        #expect(outcome.stderr.hasPrefix("rpcbench: --followers ") && outcome.stderr.split(separator: "\n").count == 1, "\(outcome.stderr)")
+    }
+
     @Test("rpcbench --compare redis without redis-server on PATH exits 2 with one line")
     func compareRedisMissing() throws {
         let outcome = try runProcess(
