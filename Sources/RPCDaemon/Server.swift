@@ -272,6 +272,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             snapshotFirst: start.snapshotFirst, feed: feed)
         box.subscriber = subscriber
         connection.notifiesDrain = true
+        connection.exemptFromIdleTimeout = true
         feed.add(subscriber)
         log.info("replication: \(box.session.peer) subscribed from sequence \(start.after)\(start.snapshotFirst ? " (snapshot first)" : "")")
         subscriber.pump()

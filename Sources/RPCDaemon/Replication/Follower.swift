@@ -36,8 +36,13 @@ final class Follower: @unchecked Sendable {
     private var draining = false
     private var readingPaused = false
     private var client: RPCClient?
+    /// Ends the wait for the current connection's loss.
+    private var lostSignal: AsyncStream<String>.Continuation?
     private var connected = false
     private var stopped: String?
+    /// Acknowledgements not yet handed to the client.
+    private var pendingAcks: [UInt8] = []
+    private var acksScheduled = false
     private var applied: UInt64
     private var leaderSequence: UInt64
 
@@ -98,6 +103,7 @@ final class Follower: @unchecked Sendable {
                 client.onFeed({ [self] request in receive(request) }, onLost: { why in signal.yield(why) })
                 let from = lock.withLock {
                     self.client = client
+                    lostSignal = signal
                     return applied
                 }
                 let result = try await client.call(
@@ -116,6 +122,7 @@ final class Follower: @unchecked Sendable {
                 lock.withLock {
                     connected = false
                     self.client = nil
+                    lostSignal = nil
                 }
                 client.close()
                 if lock.withLock({ stopped != nil }) { return }
@@ -294,8 +301,35 @@ final class Follower: @unchecked Sendable {
         send(line)
     }
 
+    /// Queues an acknowledgement; those released together (by one fsync) leave in one write.
     private func send(_ line: [UInt8]) {
-        lock.withLock { client }?.sendCounterRequest(line)
+        let schedule: Bool = lock.withLock {
+            pendingAcks.append(contentsOf: line)
+            defer { acksScheduled = true }
+            return !acksScheduled
+        }
+        guard schedule else { return }
+        DispatchQueue.global().async { [self] in
+            let (acks, client): ([UInt8], RPCClient?) = lock.withLock {
+                acksScheduled = false
+                defer { pendingAcks = [] }
+                return (pendingAcks, self.client)
+            }
+            client?.sendCounterRequest(acks)
+        }
+    }
+
+    /// Stops following at shutdown: applies nothing more.
+    func shutdown() {
+        let client: RPCClient? = lock.withLock {
+            if stopped == nil { stopped = "shutting down" }
+            inbox = []
+            inboxHead = 0
+            connected = false
+            lostSignal?.yield("shutting down")
+            return self.client
+        }
+        client?.close()
     }
 
     /// Stops following for good (this daemon keeps serving reads), with a logged reason.
@@ -305,6 +339,8 @@ final class Follower: @unchecked Sendable {
             stopped = reason
             inbox = []
             inboxHead = 0
+            connected = false
+            lostSignal?.yield(reason)
             return self.client
         }
         log.error("stopped following \(leader): \(reason); this daemon keeps serving reads. Empty its data directory to rebuild it from the leader's snapshot, then restart it")
