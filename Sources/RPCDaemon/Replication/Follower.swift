@@ -200,6 +200,14 @@ final class Follower: @unchecked Sendable {
         case SnapshotEnd.method:
             guard let end = decode(SnapshotEnd.self, request) else { return true }
             return install(end)
+        case SnapshotKey.method:
+            guard incoming != nil, let remembered = decode(SnapshotKey.self, request) else { return true }
+            guard let digest = UInt64(remembered.digest, radix: 16), !remembered.key.isEmpty else { return true }
+            var reply: [UInt8] = []
+            JSONWriter.write(remembered.reply, into: &reply)
+            incoming!.replay.rememberKey(
+                ExactID(remembered.key), .init(digest: digest, reply: reply, seq: UInt64(clamping: remembered.seq)))
+            return true
         default:
             break
         }

@@ -267,9 +267,21 @@ final class SnapshotCursor {
             }
             var start = 0
             while start <= lastNewline, let newline = buffer[start...lastNewline].firstIndex(of: UInt8(ascii: "\n")) {
-                let isKey = buffer[start..<newline].withUnsafeBytes { JournalSnapshot.isKeyLine($0) }
-                if !isKey && newline > start { out.append(contentsOf: buffer[start...newline]) }
+                let line = buffer[start..<newline]
                 start = newline + 1
+                guard !line.isEmpty else { continue }
+                guard line.withUnsafeBytes({ JournalSnapshot.isKeyLine($0) }) else {
+                    out.append(contentsOf: buffer[line.startIndex...newline])
+                    continue
+                }
+                // A remembered key outcome travels as a request of its own.
+                guard case .success(let remembered) = line.withUnsafeBytes({ JournalSnapshot.parseKeyLine($0) }) else { continue }
+                let param = JSONValue.object(JSONObject([
+                    ("key", .string(remembered.key.string)), ("digest", .string(String(remembered.outcome.digest, radix: 16))),
+                    ("seq", .number(String(remembered.outcome.seq))),
+                    ("reply", (try? JSONParser.parse(remembered.outcome.reply)) ?? .null),
+                ]))
+                RequestCodec.encode(id: "s", method: SnapshotKey.method, param: param, form: .canonical, into: &out)
             }
             offset += lastNewline + 1
             return .success(false)
