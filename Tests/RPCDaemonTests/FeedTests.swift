@@ -72,4 +72,16 @@ struct FeedTests {
         JournalRecord.encode(Request(id: "r9", method: CreateUser.method, param: ["id": "u", "name": #""seq":5"#, "email": "e"]), seq: 9, into: &out)
         #expect(JournalCursor.seq(ofLine: out[..<(out.count - 1)]) == 9)
     }
+
+    @Test("a subscriber's acknowledgement is read off the line's start; anything else is left to the decoder")
+    func acknowledgements() {
+        func ack(_ text: String) -> UInt64? { Array(text.utf8).withUnsafeBytes { Server.acknowledgement($0) } }
+        #expect(ack(#"{"id":"r42","method":"user.createUserResult","param":{"id":"u1"}}"#) == 42)
+        #expect(ack(#"{"id":"r7","method":"error.error","param":{"errorMessage":"x","code":"conflict"}}"#) == 7)
+        #expect(ack(#"{"id":"r42","method":"user.createUser","param":{}}"#) == nil, "a request, not an answer")
+        #expect(ack(#"{"id":"r","method":"user.createUserResult"}"#) == nil)
+        #expect(ack(#"{"id":"r99999999999999999999999","method":"user.createUserResult"}"#) == nil, "overflow")
+        #expect(ack(#"{"id":"x42","method":"user.createUserResult"}"#) == nil)
+        #expect(ack(#"{"id":"r42","method":"Result"}"#) == nil)
+    }
 }

@@ -97,6 +97,8 @@ final class Follower: @unchecked Sendable {
             var options = RPCClientOptions()
             options.credentials = credentials
             options.connectTimeout = .seconds(5)
+            // Whatever line the leader's frame limit lets through (the framer holds at most one).
+            options.maxFrameBytes = SettingRanges.maxFrameBytes.upperBound
             do {
                 let client = try await RPCClient.connect(to: leader, options: options)
                 let (lost, signal) = AsyncStream<String>.makeStream()
@@ -142,6 +144,7 @@ final class Follower: @unchecked Sendable {
     /// inbox is full.
     private func receive(_ request: Request) -> FeedFlow {
         let (flow, schedule): (FeedFlow, Bool) = lock.withLock {
+            guard stopped == nil else { return (.pause, false) }
             inbox.append(request)
             let full = inbox.count - inboxHead >= Self.maxInbox
             if full { readingPaused = true }
