@@ -47,8 +47,11 @@ final class Subscriber: @unchecked Sendable {
         self.phase = snapshotFirst ? .snapshot : .tail
         self.counts = (after, 0)
         // A quarter of the output cap: the subscriber's own calls keep room for their replies.
-        self.window = min(4 << 20, max(16 << 10, connection.limits.maxOutputBytes / 4))
+        self.window = min(Self.maxWindow, max(1, connection.limits.maxOutputBytes / 4))
     }
+
+    /// Feed output a subscriber's connection holds at most (plenty to keep a socket busy).
+    static let maxWindow = 1 << 20
 
     var figures: (sent: UInt64, acked: UInt64) { lock.withLock { counts } }
 
