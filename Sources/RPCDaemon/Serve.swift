@@ -132,6 +132,7 @@ extension Daemon {
         signals.onSignal { signal in
             if signal == SIGHUP { return reload.reload(log: log) }
             systemd.stopping()
+            follower?.shutdown()
             log.info("received \(signal == SIGTERM ? "SIGTERM" : "SIGINT"); stopping: answering what was received, then exiting")
             server.stop(grace: .seconds(3)) {
                 journal.close {

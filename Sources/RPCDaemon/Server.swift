@@ -215,6 +215,10 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         guard let box = connection.context as? SessionBox else { return }
         box.scratch.removeAll(keepingCapacity: true)
         let stats = loopState(connection)
+        if let subscriber = box.subscriber, let seq = Self.acknowledgement(line) {
+            // A subscriber's acknowledgement, read without parsing its param (one per record).
+            return subscriber.acknowledged(seq)
+        }
         let disposition: Dispatcher.Disposition
         var requestID = ""
         switch RequestCodec.decode(line) {
@@ -263,6 +267,39 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         }
     }
 
+    private static let ackPrefix = Array(#"{"id":"r"#.utf8)
+    private static let ackMethod = Array(#"","method":""#.utf8)
+    private static let resultSuffix = Array("Result".utf8)
+    private static let errorMethod = Array("error.error".utf8)
+
+    /// The sequence number a line acknowledges, when it starts like the counter-request a
+    /// subscriber sends for record "r<seq>": `{"id":"r42","method":"user.createUserResult",…` or
+    /// `…"method":"error.error",…`. Anything else (nil) is decoded as usual.
+    static func acknowledgement(_ line: UnsafeRawBufferPointer) -> UInt64? {
+        guard line.count > ackPrefix.count, line.starts(with: ackPrefix) else { return nil }
+        var index = ackPrefix.count
+        var seq: UInt64 = 0
+        var digits = 0
+        while index < line.count, line[index] >= 48, line[index] <= 57, digits < 20 {
+            let (times, o1) = seq.multipliedReportingOverflow(by: 10)
+            let (sum, o2) = times.addingReportingOverflow(UInt64(line[index] - 48))
+            guard !o1, !o2 else { return nil }
+            seq = sum
+            digits += 1
+            index += 1
+        }
+        guard digits > 0, line.count - index > ackMethod.count,
+            UnsafeRawBufferPointer(rebasing: line[index..<(index + ackMethod.count)]).elementsEqual(ackMethod)
+        else { return nil }
+        let start = index + ackMethod.count
+        guard let end = line[start...].firstIndex(of: UInt8(ascii: "\"")) else { return nil }
+        let method = UnsafeRawBufferPointer(rebasing: line[start..<end])
+        guard method.count > resultSuffix.count && method.suffix(resultSuffix.count).elementsEqual(resultSuffix)
+            || method.elementsEqual(errorMethod)
+        else { return nil }
+        return seq
+    }
+
     /// Starts the change feed on a connection that subscribed (after its `subscribeResult`).
     private func startFeed(_ start: Session.FeedStart, on connection: Connection, box: SessionBox) {
         box.session.feed?.started = true
@@ -272,6 +309,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             snapshotFirst: start.snapshotFirst, feed: feed)
         box.subscriber = subscriber
         connection.notifiesDrain = true
+        connection.exemptFromIdleTimeout = true
         feed.add(subscriber)
         log.info("replication: \(box.session.peer) subscribed from sequence \(start.after)\(start.snapshotFirst ? " (snapshot first)" : "")")
         subscriber.pump()

@@ -46,8 +46,12 @@ final class DaemonContext: ServiceContext, @unchecked Sendable {
     private var feed: ReplicationFeed?
     func attach(_ feed: ReplicationFeed) { lock.withLock { self.feed = feed } }
 
-    func feedSequences() -> (durable: UInt64, snapshot: UInt64)? {
-        lock.withLock { feed }?.sequences
+    func feedSequences() -> Result<(durable: UInt64, snapshot: UInt64), RPCError> {
+        guard let feed = lock.withLock({ feed }) else { return .failure(.internal("this daemon keeps no journal to feed changes from")) }
+        guard feed.subscriberCount < ReplicationFeed.maxSubscribers else {
+            return .failure(.overloaded("this daemon feeds at most \(ReplicationFeed.maxSubscribers) subscribers at once; subscribe to one of its followers instead (chains), or try again later"))
+        }
+        return .success(feed.sequences)
     }
 
     /// Sets how tokens are checked (nil: no principals, every `system.auth` fails).

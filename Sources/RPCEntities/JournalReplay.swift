@@ -234,6 +234,11 @@ public struct JournalReplay {
         apply(JournalRecord.Fields(id: request.id, method: request.method.description, param: request.param, seq: nil, key: nil, sealed: true), seq: 0)
     }
 
+    /// Remembers the outcome of a keyed mutation a leader's snapshot carries (not a record).
+    public mutating func rememberKey(_ key: ExactID, _ outcome: IdempotencyKeys.Outcome) {
+        state.keys.remember(key, outcome, now: Self.now())
+    }
+
     /// Uptime now, the time replayed keys are remembered at (their window starts at the replay).
     static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 

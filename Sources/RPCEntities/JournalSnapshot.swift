@@ -77,7 +77,7 @@ public enum JournalSnapshot {
     }
 
     /// `{"rpcdKey":K,"digest":"hex","seq":N,"reply":{…},"crc":…}` -> the key and its outcome.
-    static func parseKeyLine(_ line: UnsafeRawBufferPointer) -> Result<(key: ExactID, outcome: IdempotencyKeys.Outcome), JournalLineError> {
+    public static func parseKeyLine(_ line: UnsafeRawBufferPointer) -> Result<(key: ExactID, outcome: IdempotencyKeys.Outcome), JournalLineError> {
         let seal = JournalRecord.checksum(of: line)
         if case .mismatch(let stored, let computed) = seal {
             return .failure(.checksumMismatch(stored: stored, computed: computed))

@@ -60,11 +60,13 @@ public protocol ServiceContext: Sendable {
     func authenticate(name: String, token: String, peer: String) -> RPCRole?
     /// Failed `system.auth` calls after which a connection is closed.
     var maxAuthFailures: Int { get }
-    /// The last durable sequence number and the one the snapshot covers (0: none); nil when
-    /// there is no change feed.
-    func feedSequences() -> (durable: UInt64, snapshot: UInt64)?
+    /// The last durable sequence number and the one the snapshot covers (0: none), for a new
+    /// subscriber; or why the change feed takes none now.
+    func feedSequences() -> Result<(durable: UInt64, snapshot: UInt64), RPCError>
 }
 
 extension ServiceContext {
-    public func feedSequences() -> (durable: UInt64, snapshot: UInt64)? { nil }
+    public func feedSequences() -> Result<(durable: UInt64, snapshot: UInt64), RPCError> {
+        .failure(.internal("this daemon keeps no journal to feed changes from"))
+    }
 }

@@ -39,8 +39,10 @@ enum SystemMethods {
         guard session.feed == nil else {
             return .failure(.invalidParams("this connection is subscribed already; open another connection for a second feed"))
         }
-        guard let (durable, snapshot) = context.feedSequences() else {
-            return .failure(.internal("this daemon keeps no journal to feed changes from"))
+        let durable: UInt64, snapshot: UInt64
+        switch context.feedSequences() {
+        case .success(let sequences): (durable, snapshot) = sequences
+        case .failure(let error): return .failure(error)
         }
         var after = durable
         if let from = p.fromSequence {

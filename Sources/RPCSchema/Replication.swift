@@ -52,6 +52,23 @@ public struct SnapshotEnd: Codable, Hashable, Sendable {
     public init(sequence: Int) { self.sequence = sequence }
 }
 
+/// Sent by a leader among a snapshot's records: the remembered outcome of a keyed mutation, so a
+/// retry after a failover to the follower gets the same answer (`digest` is 16 hex digits of the
+/// method and param's digest, `reply` the success param that was sent).
+public struct SnapshotKey: Codable, Equatable, Sendable {
+    public static let method = RPCMethod("replication", "key")
+    public var key: String
+    public var digest: String
+    public var seq: Int
+    public var reply: JSONValue
+    public init(key: String, digest: String, seq: Int, reply: JSONValue) {
+        self.key = key
+        self.digest = digest
+        self.seq = seq
+        self.reply = reply
+    }
+}
+
 /// `system.stats` `replication`: this daemon's place in a chain of leaders and followers.
 public struct ReplicationStats: Codable, Hashable, Sendable {
     /// `leader` (takes mutations) or `follower` (mirrors `leader`, serves reads).

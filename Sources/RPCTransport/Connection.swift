@@ -99,6 +99,8 @@ public final class Connection: @unchecked Sendable {
     private var readPaused = false
     /// Call `connectionDidDrain` when output that waited for writability is all sent.
     public var notifiesDrain = false
+    /// Never idle (a change feed's subscriber waits quietly for changes).
+    public var exemptFromIdleTimeout = false
     private var closeReason: CloseReason?
     /// Replies that must wait for an earlier reserved one: oldest first.
     private var held: [(slot: UInt64, bytes: [UInt8]?)] = []
@@ -134,7 +136,7 @@ public final class Connection: @unchecked Sendable {
     /// without cutting a reply short. Call on the loop queue.
     public func isIdle(now: UInt64, longerThan nanoseconds: UInt64) -> Bool {
         loop.preconditionOnLoop()
-        return closeReason == nil && held.isEmpty && outbound.isEmpty && now &- lastActivityAt > nanoseconds
+        return closeReason == nil && !exemptFromIdleTimeout && held.isEmpty && outbound.isEmpty && now &- lastActivityAt > nanoseconds
     }
 
     /// Registers with the loop and starts reading. Call once, from anywhere; work happens on the loop queue.

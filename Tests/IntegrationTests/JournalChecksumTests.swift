@@ -96,7 +96,7 @@ struct JournalChecksumTests {
         first.stop()
         let lines = try JournalSupport.lines(journal)
         #expect(Array(lines.prefix(3)) == old)
-        #expect(lines[3] == JournalSupport.sealed(#"{"id":"r0","method":"user.createUser","param":{"id":"v0","name":"User 0","email":"v0@example.com"},"seq":4"#))
+        #expect(lines[3] == JournalSupport.sealed(#"{"id":"r4","method":"user.createUser","param":{"id":"v0","name":"User 0","email":"v0@example.com"},"seq":4"#))
 
         let check = try runProcess(try Binaries.rpcd(), ["journal", "check", "--data-dir", dir.path])
         #expect(check.status == 0 && check.stdout.contains("3 lines written before checksums"), "check: \(check.stdout) \(check.stderr)")
@@ -109,7 +109,7 @@ struct JournalChecksumTests {
     func readmeExample() throws {
         let root = try #require(packageRoot(), "no Package.swift above \(#filePath)")
         let readme = try String(contentsOf: root.appendingPathComponent("README.md"), encoding: .utf8)
-        let example = try #require(readme.split(separator: "\n").first { $0.hasPrefix(#"{"id":"7""#) && $0.contains(#""crc":""#) })
+        let example = try #require(readme.split(separator: "\n").first { $0.hasPrefix(#"{"id":"r42""#) && $0.contains(#""crc":""#) })
         let covered = String(example[..<example.range(of: #","crc":""#)!.lowerBound])
         #expect(JournalSupport.sealed(covered) == example)
         #expect(Array(example.utf8).withUnsafeBytes { JournalRecord.checksum(of: $0) } == .valid)

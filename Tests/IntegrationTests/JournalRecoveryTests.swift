@@ -22,7 +22,7 @@ struct JournalRecoveryTests {
         #expect(second.stderrText.contains("loaded 1000 records"), "no load line: \(second.stderrTail())")
     }
 
-    @Test("the journal is canonical request lines with a seq and a trailing crc, replayable as they are")
+    @Test("the journal is canonical request lines with id r<seq>, a seq and a trailing crc, replayable as they are")
     func journalFormat() throws {
         let dir = JournalSupport.makeDataDir()
         defer { JournalSupport.remove(dir) }
@@ -34,8 +34,8 @@ struct JournalRecoveryTests {
         }
         let lines = try JournalSupport.lines(JournalSupport.journal(dir))
         #expect(lines == [
-            JournalSupport.sealed(#"{"id":"1","method":"user.createUser","param":{"id":"u1","name":"Ada","email":"ada@example.com"},"seq":1"#),
-            JournalSupport.sealed(#"{"id":"3","method":"user.updateUser","param":{"userId":"u1","newName":"Ada L"},"seq":2"#),
+            JournalSupport.sealed(#"{"id":"r1","method":"user.createUser","param":{"id":"u1","name":"Ada","email":"ada@example.com"},"seq":1"#),
+            JournalSupport.sealed(#"{"id":"r2","method":"user.updateUser","param":{"userId":"u1","newName":"Ada L"},"seq":2"#),
             "",
         ])
     }

@@ -12,6 +12,7 @@ import RPCSchema
         "building.addBuilding": .write, "building.updateBuilding": .write, "building.deleteBuilding": .write,
         "building.getBuilding": .read, "building.listBuildings": .read,
         "system.ping": .open, "system.auth": .open, "system.describe": .read, "system.stats": .admin,
+        "replication.subscribe": .replicate,
     ]
 
     @Test("every method in the table has a decided access, and no listed method is missing")

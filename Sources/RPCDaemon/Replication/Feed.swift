@@ -11,7 +11,7 @@ import RPCTransport
 /// a logged reason (it subscribes again, with a snapshot).
 ///
 /// Bounded: memory keeps `maxMemoryBytes` of batches for everyone; each subscriber has at most
-/// its window of output queued. A slow subscriber costs only its own window: clients and other
+/// its window of output queued (1 MiB), and there are at most `maxSubscribers`. A slow subscriber costs only its own window: clients and other
 /// subscribers never wait for it.
 final class ReplicationFeed: @unchecked Sendable {
     // @unchecked: every `var` is guarded by `lock`; the rest is immutable.
@@ -132,6 +132,12 @@ final class ReplicationFeed: @unchecked Sendable {
             return .lines(bytes[start..<end], last: last)
         }
     }
+
+    /// Subscribers at once: each may hold its window of output (`Subscriber.maxWindow`), so the
+    /// feed's output is bounded in total too.
+    static let maxSubscribers = 128
+
+    var subscriberCount: Int { lock.withLock { subscribers.count } }
 
     func add(_ subscriber: Subscriber) {
         lock.withLock { subscribers[ObjectIdentifier(subscriber)] = subscriber }

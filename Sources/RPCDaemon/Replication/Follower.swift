@@ -36,8 +36,13 @@ final class Follower: @unchecked Sendable {
     private var draining = false
     private var readingPaused = false
     private var client: RPCClient?
+    /// Ends the wait for the current connection's loss.
+    private var lostSignal: AsyncStream<String>.Continuation?
     private var connected = false
     private var stopped: String?
+    /// Acknowledgements not yet handed to the client.
+    private var pendingAcks: [UInt8] = []
+    private var acksScheduled = false
     private var applied: UInt64
     private var leaderSequence: UInt64
 
@@ -92,12 +97,15 @@ final class Follower: @unchecked Sendable {
             var options = RPCClientOptions()
             options.credentials = credentials
             options.connectTimeout = .seconds(5)
+            // Whatever line the leader's frame limit lets through (the framer holds at most one).
+            options.maxFrameBytes = SettingRanges.maxFrameBytes.upperBound
             do {
                 let client = try await RPCClient.connect(to: leader, options: options)
                 let (lost, signal) = AsyncStream<String>.makeStream()
                 client.onFeed({ [self] request in receive(request) }, onLost: { why in signal.yield(why) })
                 let from = lock.withLock {
                     self.client = client
+                    lostSignal = signal
                     return applied
                 }
                 let result = try await client.call(
@@ -116,6 +124,7 @@ final class Follower: @unchecked Sendable {
                 lock.withLock {
                     connected = false
                     self.client = nil
+                    lostSignal = nil
                 }
                 client.close()
                 if lock.withLock({ stopped != nil }) { return }
@@ -135,6 +144,7 @@ final class Follower: @unchecked Sendable {
     /// inbox is full.
     private func receive(_ request: Request) -> FeedFlow {
         let (flow, schedule): (FeedFlow, Bool) = lock.withLock {
+            guard stopped == nil else { return (.pause, false) }
             inbox.append(request)
             let full = inbox.count - inboxHead >= Self.maxInbox
             if full { readingPaused = true }
@@ -193,6 +203,14 @@ final class Follower: @unchecked Sendable {
         case SnapshotEnd.method:
             guard let end = decode(SnapshotEnd.self, request) else { return true }
             return install(end)
+        case SnapshotKey.method:
+            guard incoming != nil, let remembered = decode(SnapshotKey.self, request) else { return true }
+            guard let digest = UInt64(remembered.digest, radix: 16), !remembered.key.isEmpty else { return true }
+            var reply: [UInt8] = []
+            JSONWriter.write(remembered.reply, into: &reply)
+            incoming!.replay.rememberKey(
+                ExactID(remembered.key), .init(digest: digest, reply: reply, seq: UInt64(clamping: remembered.seq)))
+            return true
         default:
             break
         }
@@ -294,8 +312,35 @@ final class Follower: @unchecked Sendable {
         send(line)
     }
 
+    /// Queues an acknowledgement; those released together (by one fsync) leave in one write.
     private func send(_ line: [UInt8]) {
-        lock.withLock { client }?.sendCounterRequest(line)
+        let schedule: Bool = lock.withLock {
+            pendingAcks.append(contentsOf: line)
+            defer { acksScheduled = true }
+            return !acksScheduled
+        }
+        guard schedule else { return }
+        DispatchQueue.global().async { [self] in
+            let (acks, client): ([UInt8], RPCClient?) = lock.withLock {
+                acksScheduled = false
+                defer { pendingAcks = [] }
+                return (pendingAcks, self.client)
+            }
+            client?.sendCounterRequest(acks)
+        }
+    }
+
+    /// Stops following at shutdown: applies nothing more.
+    func shutdown() {
+        let client: RPCClient? = lock.withLock {
+            if stopped == nil { stopped = "shutting down" }
+            inbox = []
+            inboxHead = 0
+            connected = false
+            lostSignal?.yield("shutting down")
+            return self.client
+        }
+        client?.close()
     }
 
     /// Stops following for good (this daemon keeps serving reads), with a logged reason.
@@ -305,6 +350,8 @@ final class Follower: @unchecked Sendable {
             stopped = reason
             inbox = []
             inboxHead = 0
+            connected = false
+            lostSignal?.yield(reason)
             return self.client
         }
         log.error("stopped following \(leader): \(reason); this daemon keeps serving reads. Empty its data directory to rebuild it from the leader's snapshot, then restart it")

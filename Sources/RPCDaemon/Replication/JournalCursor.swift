@@ -83,7 +83,7 @@ final class JournalCursor {
             var end = 0
             var count: UInt64 = 0
             var index = 0
-            while index < n, count < limit {
+            while index < n, count < limit, end < maxBytes {
                 if buffer[index] == UInt8(ascii: "\n") {
                     count += 1
                     end = index + 1

@@ -47,8 +47,11 @@ final class Subscriber: @unchecked Sendable {
         self.phase = snapshotFirst ? .snapshot : .tail
         self.counts = (after, 0)
         // A quarter of the output cap: the subscriber's own calls keep room for their replies.
-        self.window = min(4 << 20, max(16 << 10, connection.limits.maxOutputBytes / 4))
+        self.window = min(Self.maxWindow, max(1, connection.limits.maxOutputBytes / 4))
     }
+
+    /// Feed output a subscriber's connection holds at most (plenty to keep a socket busy).
+    static let maxWindow = 1 << 20
 
     var figures: (sent: UInt64, acked: UInt64) { lock.withLock { counts } }
 
@@ -267,9 +270,21 @@ final class SnapshotCursor {
             }
             var start = 0
             while start <= lastNewline, let newline = buffer[start...lastNewline].firstIndex(of: UInt8(ascii: "\n")) {
-                let isKey = buffer[start..<newline].withUnsafeBytes { JournalSnapshot.isKeyLine($0) }
-                if !isKey && newline > start { out.append(contentsOf: buffer[start...newline]) }
+                let line = buffer[start..<newline]
                 start = newline + 1
+                guard !line.isEmpty else { continue }
+                guard line.withUnsafeBytes({ JournalSnapshot.isKeyLine($0) }) else {
+                    out.append(contentsOf: buffer[line.startIndex...newline])
+                    continue
+                }
+                // A remembered key outcome travels as a request of its own.
+                guard case .success(let remembered) = line.withUnsafeBytes({ JournalSnapshot.parseKeyLine($0) }) else { continue }
+                let param = JSONValue.object(JSONObject([
+                    ("key", .string(remembered.key.string)), ("digest", .string(String(remembered.outcome.digest, radix: 16))),
+                    ("seq", .number(String(remembered.outcome.seq))),
+                    ("reply", (try? JSONParser.parse(remembered.outcome.reply)) ?? .null),
+                ]))
+                RequestCodec.encode(id: "s", method: SnapshotKey.method, param: param, form: .canonical, into: &out)
             }
             offset += lastNewline + 1
             return .success(false)

@@ -1,0 +1,87 @@
+import Foundation
+import RPCEntities
+import RPCSchema
+import Testing
+@testable import RPCDaemon
+
+/// The change feed's pieces without sockets: batches in memory, and journal files read by sequence
+/// number across a compaction's two journals.
+struct FeedTests {
+    private func line(_ seq: UInt64) -> [UInt8] {
+        var out: [UInt8] = []
+        let request = Request(id: "r\(seq)", method: CreateUser.method, param: ["id": .string("u\(seq)"), "name": "N", "email": "e@x"])
+        JournalRecord.encode(request, seq: seq, into: &out)
+        return out
+    }
+
+    private func lines(_ range: ClosedRange<UInt64>) -> [UInt8] { range.flatMap(line) }
+
+    private func seqs(_ bytes: some Collection<UInt8>) -> [UInt64] {
+        Array(bytes).split(separator: UInt8(ascii: "\n")).map { JournalCursor.seq(ofLine: $0[...])! }
+    }
+
+    private func tempDir() -> String {
+        let path = NSTemporaryDirectory() + "rpcd-feed-\(UUID().uuidString)"
+        try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        return path
+    }
+
+    @Test("memory: a chunk starts at the asked-for record, ends on a line, respects the byte budget, and says when it is not held")
+    func chunks() {
+        let feed = ReplicationFeed(files: DataFiles(path: "/nonexistent"), durable: 10, snapshotSeq: 0, maxLineBytes: 1 << 20, maxMemoryBytes: 1 << 20, log: Logger(level: .error))
+        feed.published(lines(11...15), lastSeq: 15)
+        feed.published(lines(16...20), lastSeq: 20)
+        guard case .lines(let a, let lastA) = feed.chunk(from: 13, maxBytes: 1 << 20) else { Issue.record("no chunk"); return }
+        #expect(seqs(a) == [13, 14, 15] && lastA == 15)
+        guard case .lines(let b, let lastB) = feed.chunk(from: 16, maxBytes: 1) else { Issue.record("no chunk"); return }
+        #expect(seqs(b) == [16] && lastB == 16, "at least one line, even past the budget")
+        if case .upToDate = feed.chunk(from: 21, maxBytes: 100) {} else { Issue.record("21 is not durable yet") }
+        if case .notInMemory = feed.chunk(from: 10, maxBytes: 100) {} else { Issue.record("10 was never in memory") }
+    }
+
+    @Test("memory is bounded: old batches go, and their records must come from the files")
+    func memoryBound() {
+        let one = line(1).count
+        let feed = ReplicationFeed(files: DataFiles(path: "/nonexistent"), durable: 0, snapshotSeq: 0, maxLineBytes: 1 << 20, maxMemoryBytes: one * 10, log: Logger(level: .error))
+        for seq in UInt64(1)...100 { feed.published(line(seq), lastSeq: seq) }
+        if case .notInMemory = feed.chunk(from: 50, maxBytes: 100) {} else { Issue.record("50 should be gone from memory") }
+        guard case .lines(let tail, _) = feed.chunk(from: 95, maxBytes: 1 << 20) else { Issue.record("95 should be held"); return }
+        #expect(seqs(tail) == [95])
+    }
+
+    @Test("files: reads on by sequence number, stops at the durable one, finds the next journal, and reports records compacted away")
+    func cursor() throws {
+        let dir = tempDir()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let files = DataFiles(path: dir)
+        try Data(lines(5...40)).write(to: URL(fileURLWithPath: files.journal))
+        try Data(lines(41...60)).write(to: URL(fileURLWithPath: files.nextJournal))
+        let cursor = JournalCursor(files: files, maxLineBytes: 1 << 20)
+        guard case .lines(let first, let last) = cursor.read(from: 7, durable: 50, maxBytes: line(7).count * 3) else { Issue.record("no lines"); return }
+        #expect(seqs(first) == [7, 8, 9] && last == 9)
+        guard case .lines(let more, let end) = cursor.read(from: 10, durable: 12, maxBytes: 1 << 20) else { Issue.record("no lines"); return }
+        #expect(seqs(more) == [10, 11, 12] && end == 12, "nothing past the durable sequence number")
+        guard case .lines(let next, _) = cursor.read(from: 45, durable: 60, maxBytes: 1 << 20) else { Issue.record("no lines"); return }
+        #expect(seqs(next).first == 45 && seqs(next).last == 60)
+        if case .gone = cursor.read(from: 3, durable: 60, maxBytes: 100) {} else { Issue.record("3 is before every journal") }
+    }
+
+    @Test("seq(ofLine:) reads the envelope's seq, not a param field named seq")
+    func seqOfLine() {
+        var out: [UInt8] = []
+        JournalRecord.encode(Request(id: "r9", method: CreateUser.method, param: ["id": "u", "name": #""seq":5"#, "email": "e"]), seq: 9, into: &out)
+        #expect(JournalCursor.seq(ofLine: out[..<(out.count - 1)]) == 9)
+    }
+
+    @Test("a subscriber's acknowledgement is read off the line's start; anything else is left to the decoder")
+    func acknowledgements() {
+        func ack(_ text: String) -> UInt64? { Array(text.utf8).withUnsafeBytes { Server.acknowledgement($0) } }
+        #expect(ack(#"{"id":"r42","method":"user.createUserResult","param":{"id":"u1"}}"#) == 42)
+        #expect(ack(#"{"id":"r7","method":"error.error","param":{"errorMessage":"x","code":"conflict"}}"#) == 7)
+        #expect(ack(#"{"id":"r42","method":"user.createUser","param":{}}"#) == nil, "a request, not an answer")
+        #expect(ack(#"{"id":"r","method":"user.createUserResult"}"#) == nil)
+        #expect(ack(#"{"id":"r99999999999999999999999","method":"user.createUserResult"}"#) == nil, "overflow")
+        #expect(ack(#"{"id":"x42","method":"user.createUserResult"}"#) == nil)
+        #expect(ack(#"{"id":"r42","method":"Result"}"#) == nil)
+    }
+}
