@@ -14,6 +14,9 @@ public enum RPCChange: Sendable, Equatable {
     case snapshotBegin(sequence: Int, records: Int)
     /// The snapshot's last record came; from here on, changes after `sequence`.
     case snapshotEnd(sequence: Int)
+    /// Among a snapshot's records: the remembered outcome of a keyed mutation (what the leader
+    /// answers a retry with that key). A mirror that answers retries keeps it; others skip it.
+    case snapshotKey(SnapshotKey)
     /// A change this client cannot read as one of the cases above: a method it does not know (a
     /// newer daemon), or a param that does not decode as its type. The request as it came.
     case other(Request)
@@ -33,6 +36,7 @@ public enum RPCChange: Sendable, Equatable {
         case DeleteBuilding.method: self = typed(DeleteBuilding.self, RPCChange.deleteBuilding)
         case SnapshotBegin.method: self = typed(SnapshotBegin.self) { .snapshotBegin(sequence: $0.sequence, records: $0.records) }
         case SnapshotEnd.method: self = typed(SnapshotEnd.self) { .snapshotEnd(sequence: $0.sequence) }
+        case SnapshotKey.method: self = typed(SnapshotKey.self, RPCChange.snapshotKey)
         default: self = .other(request)
         }
     }
@@ -49,7 +53,7 @@ public struct RPCChangeEvent: Sendable, Equatable {
     /// The idempotency key the mutation was made with, if it had one.
     public var key: String?
     /// Whether this is one of a snapshot's records (between `.snapshotBegin` and `.snapshotEnd`):
-    /// always a create (`.createUser`, `.addBuilding`).
+    /// a create (`.createUser`, `.addBuilding`) or a `.snapshotKey`.
     public var isSnapshotRecord: Bool
 
     public init(sequence: Int, change: RPCChange, key: String? = nil, isSnapshotRecord: Bool = false) {

@@ -89,8 +89,15 @@ struct ClientChangesTests {
         let feed = try await RPCClient.connect(host: "127.0.0.1", port: daemon.port)
         var mirror = LaneModel(prefix: "", seed: 0)
         var markers: [RPCChange] = []
+        var keys: [RPCChangeEvent] = []
         for try await event in feed.changes(from: 0, snapshot: true) {
-            if let op = ChaosOp(event.change) { mirror.apply(op) } else { markers.append(event.change) }
+            if let op = ChaosOp(event.change) {
+                mirror.apply(op)
+            } else if case .snapshotKey = event.change {
+                keys.append(event)  // every call of the writer carried its client's key
+            } else {
+                markers.append(event.change)
+            }
             if !event.isSnapshotRecord && event.sequence == last { break }
         }
         guard markers.count == 2, case .snapshotBegin(let begun, let records) = markers[0], case .snapshotEnd(let ended) = markers[1] else {
@@ -98,6 +105,7 @@ struct ClientChangesTests {
             return
         }
         #expect(begun == ended && begun < last && records > 100, "\(markers)")
+        #expect(!keys.isEmpty && keys.allSatisfy { $0.isSnapshotRecord && $0.sequence == begun })
         var users: [User] = []
         for try await page in writer.pages(ListUsers(limit: 100)) { users += page.users }
         var buildings: [Building] = []
@@ -132,7 +140,7 @@ extension ChaosOp {
         case .addBuilding(let call): self = .addBuilding(call)
         case .updateBuilding(let call): self = .updateBuilding(call)
         case .deleteBuilding(let call): self = .deleteBuilding(call)
-        case .snapshotBegin, .snapshotEnd, .other: return nil
+        case .snapshotBegin, .snapshotEnd, .snapshotKey, .other: return nil
         }
     }
 }

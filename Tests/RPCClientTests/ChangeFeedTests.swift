@@ -58,8 +58,9 @@ struct ChangeFeedTests {
     func snapshot() async throws {
         let (leader, client, leaderSide) = try await Self.start {
             try $0.subscribe(sequence: 12, snapshotSequence: 10, then: [
-                #"{"id":"snapshot","method":"replication.snapshotBegin","param":{"sequence":10,"records":2}}"#,
+                #"{"id":"snapshot","method":"replication.snapshotBegin","param":{"sequence":10,"records":3}}"#,
                 #"{"id":"s","method":"user.createUser","param":{"id":"u1","name":"Ada","email":"ada@example.com"},"crc":"0badf00d"}"#,
+                #"{"id":"s","method":"replication.key","param":{"key":"k1","digest":"00ff","seq":1,"reply":{"id":"u1"}}}"#,
                 #"{"id":"s","method":"building.addBuilding","param":{"id":"b1","name":"Hall","address":"1 Main St","residents":["u1"]},"crc":"0badf00d"}"#,
                 #"{"id":"snapshot","method":"replication.snapshotEnd","param":{"sequence":10}}"#,
                 #"{"id":"r11","method":"user.updateUser","param":{"userId":"u1","newEmail":"al@example.org"},"seq":11,"crc":"0badf00d"}"#,
@@ -69,12 +70,15 @@ struct ChangeFeedTests {
         var events: [RPCChangeEvent] = []
         for try await event in client.changes(from: 0, snapshot: true) {
             events.append(event)
-            if events.count == 6 { break }
+            if events.count == 7 { break }
         }
         #expect(try await leaderSide.value == #"{"id":"1","method":"replication.subscribe","param":{"fromSequence":0,"snapshot":true}}"#)
         #expect(events == [
-            RPCChangeEvent(sequence: 10, change: .snapshotBegin(sequence: 10, records: 2)),
+            RPCChangeEvent(sequence: 10, change: .snapshotBegin(sequence: 10, records: 3)),
             RPCChangeEvent(sequence: 10, change: .createUser(CreateUser(id: "u1", name: "Ada", email: "ada@example.com")), isSnapshotRecord: true),
+            RPCChangeEvent(
+                sequence: 10, change: .snapshotKey(SnapshotKey(key: "k1", digest: "00ff", seq: 1, reply: .object(JSONObject([("id", .string("u1"))])))),
+                isSnapshotRecord: true),
             RPCChangeEvent(
                 sequence: 10, change: .addBuilding(AddBuilding(id: "b1", name: "Hall", address: "1 Main St", residents: ["u1"])), isSnapshotRecord: true),
             RPCChangeEvent(sequence: 10, change: .snapshotEnd(sequence: 10)),
