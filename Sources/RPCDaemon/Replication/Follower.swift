@@ -48,6 +48,12 @@ final class Follower: @unchecked Sendable {
 
     // Queue only.
     private var incoming: (replay: JournalReplay, seq: UInt64, records: Int)?
+    /// The last record applied (published to `applied` once per pass).
+    private var appliedHere: UInt64
+    /// Acknowledgement lines of this pass, the journal ticket they wait for, a reply's bytes.
+    private var acks: [UInt8] = []
+    private var acksTicket: UInt64?
+    private var scratch: [UInt8] = []
     /// A record is waiting (the journal is behind, or a snapshot is being installed).
     private var blocked = false
 
@@ -63,6 +69,7 @@ final class Follower: @unchecked Sendable {
         self.configureKeys = configureKeys
         let start = journal.sequences.durable
         self.applied = start
+        self.appliedHere = start
         self.leaderSequence = start
     }
 
@@ -159,32 +166,42 @@ final class Follower: @unchecked Sendable {
     private func drain() {
         dispatchPrecondition(condition: .onQueue(queue))
         while !blocked {
-            let (next, resume): (Request?, RPCClient?) = lock.withLock {
+            // Everything waiting, in one go: one lock per pass, not per record.
+            let (batch, resume): ([Request], RPCClient?) = lock.withLock {
                 guard stopped == nil, inboxHead < inbox.count else {
                     inbox.removeAll(keepingCapacity: true)
                     inboxHead = 0
                     draining = false
-                    return (nil, nil)
+                    return ([], nil)
                 }
                 var resume: RPCClient?
-                if readingPaused && inbox.count - inboxHead <= Self.maxInbox / 2 {
+                if readingPaused {
                     readingPaused = false
                     resume = client
                 }
-                return (inbox[inboxHead], resume)
+                return (Array(inbox[inboxHead...]), resume)
             }
+            guard !batch.isEmpty else { return }
+            var done = 0
+            for request in batch {
+                guard handle(request) else { break }  // blocked: it stays first in the inbox
+                done += 1
+            }
+            flushAcknowledgements()
+            lock.withLock {
+                applied = appliedHere
+                leaderSequence = max(leaderSequence, appliedHere)
+            }
+            handled(done)
+            // Reading resumes once this pass made room (the inbox was full when it paused).
             resume?.resumeFeed()
-            guard let request = next else { return }
-            guard handle(request) else { return }  // blocked: it stays first in the inbox
-            handled()
         }
     }
 
-    /// The first request of the inbox is done.
-    private func handled() {
+    /// The first `count` requests of the inbox are done.
+    private func handled(_ count: Int) {
         lock.withLock {
-            guard inboxHead < inbox.count else { return }
-            inboxHead += 1
+            inboxHead = min(inbox.count, inboxHead + count)
             if inboxHead >= 256 && inboxHead * 2 >= inbox.count {
                 inbox.removeFirst(inboxHead)
                 inboxHead = 0
@@ -250,13 +267,14 @@ final class Follower: @unchecked Sendable {
                     current = state
                     configureKeys(&current)
                 }
+                appliedHere = seq
                 lock.withLock {
                     applied = seq
                     leaderSequence = max(leaderSequence, seq)
                 }
                 log.info("caught up through a snapshot at sequence \(seq) (\(records) records)")
                 blocked = false
-                handled()  // the snapshotEnd
+                handled(1)  // the snapshotEnd
                 drain()
             }
         }
@@ -265,44 +283,50 @@ final class Follower: @unchecked Sendable {
 
     /// Applies mutation `seq`; false when the journal is behind (tried again shortly).
     private func apply(_ request: Request, seq: UInt64) -> Bool {
-        let last = lock.withLock { applied }
+        let last = appliedHere
         guard seq > last else { return true }  // sent before (a reconnect): applied already
         guard seq == last + 1 else {
             stop("record \(seq) arrived after \(last): \(seq == last + 2 ? "record \(last + 1) is" : "records \(last + 1)...\(seq - 1) are") missing (a gap)")
             return true
         }
-        var reply: [UInt8] = []
-        switch dispatcher.applyReplicated(request, seq: seq, into: &reply) {
+        switch dispatcher.applyReplicated(request, seq: seq, into: &scratch) {
         case .refused:
+            scratch.removeAll(keepingCapacity: true)
             blocked = true
+            flushAcknowledgements()
             queue.asyncAfter(deadline: .now() + .milliseconds(10)) { [self] in
                 blocked = false
                 drain()
             }
             return false
         case .failed(let error):
+            scratch.removeAll(keepingCapacity: true)
+            flushAcknowledgements()
             acknowledge(request.id, error: error)
             stop("record \(seq) (\(request.method)) does not apply here: \(error.errorMessage); this daemon has diverged from its leader")
             return true
         case .applied(let ticket):
-            lock.withLock {
-                applied = seq
-                leaderSequence = max(leaderSequence, seq)
-            }
-            var line: [UInt8] = []
-            RequestCodec.encode(id: request.id, method: request.method.result, form: .canonical, into: &line) { out in
-                out.append(contentsOf: reply)
+            appliedHere = seq
+            RequestCodec.encode(id: request.id, method: request.method.result, form: .canonical, into: &acks) { out in
+                out.append(contentsOf: scratch)
                 return nil
             }
-            guard let ticket else {
-                send(line)
-                return true
-            }
-            let ack = line
-            journal.whenDurable(ticket) { [self] failure in
-                if failure == nil { send(ack) }
-            }
+            scratch.removeAll(keepingCapacity: true)
+            if let ticket { acksTicket = max(acksTicket ?? 0, ticket) }
             return true
+        }
+    }
+
+    /// Sends the acknowledgements of this pass once the last of its records is durable: one
+    /// wait for the journal per pass, not per record.
+    private func flushAcknowledgements() {
+        guard !acks.isEmpty else { return }
+        let lines = acks
+        acks = []
+        guard let ticket = acksTicket else { return send(lines) }
+        acksTicket = nil
+        journal.whenDurable(ticket) { [self] failure in
+            if failure == nil { send(lines) }
         }
     }
 
