@@ -1,0 +1,350 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Issue 14's acceptance: real leaders and followers (`rpcd serve --follow`) on 127.0.0.1:0,
+/// killed with SIGKILL and restarted on their data directories. Serialized: each test runs up to
+/// three daemons and tens of thousands of mutations.
+@Suite("followers: mirror a leader, survive kill -9, catch up, fail over", .serialized)
+struct FollowerTests {
+    @Test("10,000 mixed mutations on the leader converge on two followers: the same lists, the same journal bytes")
+    func twoFollowersConverge() throws {
+        let dirs = (0..<3).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let leader = try Replicas.leader(dirs[0])
+        let followers = try [Replicas.follower(of: leader, dirs[1]), Replicas.follower(of: leader, dirs[2])]
+        defer { ([leader] + followers).forEach { $0.stop() } }
+
+        var mutations = MixedMutations(seed: 14)
+        let failures = try mutations.send(to: leader.port, count: 10_000)
+        #expect(failures.isEmpty, "\(failures.count) mutations failed, the first: \(failures.first ?? "")")
+        #expect(try Replicas.sequence(leader) == 10_000)
+        let journal = try JournalSupport.lines(JournalSupport.journal(dirs[0]))
+        for method in ["createUser", "updateUser", "deleteUser", "addBuilding", "updateBuilding", "deleteBuilding"] {
+            let count = journal.filter { $0.contains(#""method":"user.\#(method)""#) || $0.contains(#""method":"building.\#(method)""#) }.count
+            #expect(count > 300, "only \(count) \(method) in the leader's journal: the mix is not mixed")
+        }
+        #expect(journal.filter { $0.contains(#""key":"m-"#) }.count > 1_000, "keyed mutations are missing")
+
+        try Replicas.waitForConvergence(leader: leader, followers: followers)
+        try Replicas.expectSameLists(leader, followers)
+        for dir in dirs.dropFirst() {
+            let (equal, sizes) = Replicas.journalsEqual(dirs[0], dir)
+            #expect(equal, "the follower's journal differs from the leader's (\(sizes))")
+        }
+        // Each follower acknowledged everything it journaled.
+        let acked = try Replicas.eventually {
+            let subscribers = try Replicas.replication(leader)["subscribers"] as? [[String: Any]] ?? []
+            return subscribers.count == 2 && subscribers.allSatisfy { $0["ackedSequence"] as? Int == 10_000 && $0["lagRecords"] as? Int == 0 }
+        }
+        #expect(acked, "leader stats: \(String(describing: try? Replicas.replication(leader)))")
+        for follower in followers {
+            #expect(follower.stderrText.contains("following \(Replicas.address(leader)) from sequence 0"), "\(follower.stderrTail())")
+            #expect(follower.isRunning)
+        }
+    }
+
+    @Test("a follower serves reads and system.*; every mutation from its own clients is readOnly naming the leader")
+    func readsAndReadOnly() throws {
+        let dirs = (0..<2).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let leader = try Replicas.leader(dirs[0])
+        let follower = try Replicas.follower(of: leader, dirs[1])
+        defer { [leader, follower].forEach { $0.stop() } }
+
+        let writer = try LineClient(port: leader.port)
+        #expect(try writer.request(Wire.createUser("1", "u1", "Ada", "ada@example.com")) == Wire.createUserResult("1", "u1", "Ada", "ada@example.com"))
+        #expect(try writer.request(Wire.addBuilding("2", "b1", "Hall", "1 Main St", ["u1"])).contains("addBuildingResult"))
+        try Replicas.waitForConvergence(leader: leader, followers: [follower])
+
+        let c = try LineClient(port: follower.port)
+        #expect(try c.request(Wire.getUser("1", "u1")) == Wire.result("1", "user.getUser", Wire.user("u1", "Ada", "ada@example.com")))
+        #expect(try c.request(Wire.request("2", "building.getBuilding", #"{"buildingId":"b1"}"#))
+            == Wire.result("2", "building.getBuilding", Wire.building("b1", "Hall", "1 Main St", ["u1"])))
+        #expect(try c.request(Wire.request("3", "user.listUsers")).contains(#""users":[{"id":"u1""#))
+        #expect(try c.request(Wire.request("4", "building.listBuildings")).contains(#""buildings":[{"id":"b1""#))
+        expectError(try c.request(Wire.getUser("5", "nobody")), code: "notFound", id: "5")
+
+        let leaderAddress = Replicas.address(leader)
+        let mutations = [
+            Wire.createUser("m1", "u2", "Bo", "bo@example.com"),
+            Wire.request("m2", "user.updateUser", #"{"userId":"u1","newName":"Ada L."}"#),
+            Wire.request("m3", "user.deleteUser", #"{"userId":"u1"}"#),
+            Wire.addBuilding("m4", "b2", "Annex", "2 Main St", []),
+            Wire.request("m5", "building.updateBuilding", #"{"buildingId":"b1","newName":"Big Hall"}"#),
+            Wire.request("m6", "building.deleteBuilding", #"{"buildingId":"b1"}"#),
+            ExactlyOnceTests.keyedCreate("m7", key: "k-1"),
+        ]
+        for (i, line) in mutations.enumerated() {
+            let reply = expectError(try c.request(line), code: "readOnly", id: "m\(i + 1)")
+            #expect(reply?.errorMessage?.contains(leaderAddress) == true, "the message names the leader: \(reply?.line ?? "")")
+        }
+        // The seed form gets readOnly in the seed form.
+        let seed = try LineClient(port: follower.port)
+        let seedCreate = #"{"id":"s1","method":{"user":{"_0":"createUser"}},"param":{"user":{"createUser":{"id":"u3","name":"C","email":"c@example.com"}}}}"#
+        expectError(try seed.request(seedCreate), code: "readOnly", id: "s1", seedForm: true)
+
+        // Nothing changed here or on the leader, and the connection still serves.
+        #expect(try c.request(Wire.getUser("6", "u1")) == Wire.result("6", "user.getUser", Wire.user("u1", "Ada", "ada@example.com")))
+        #expect(try Replicas.sequence(follower) == 2 && Replicas.sequence(leader) == 2)
+        #expect(try c.request(#"{"id":"7","method":"system.ping"}"#).contains("system.pingResult"))
+        #expect(try c.request(#"{"id":"8","method":"system.describe"}"#).contains("system.describeResult"))
+        let replication = try Replicas.replication(follower)
+        #expect(replication["role"] as? String == "follower")
+        #expect(replication["leader"] as? String == leaderAddress)
+        #expect(replication["connected"] as? Bool == true)
+        #expect(replication["leaderSequence"] as? Int == 2 && replication["lagRecords"] as? Int == 0, "\(replication)")
+        let leaderReplication = try Replicas.replication(leader)
+        #expect(leaderReplication["role"] as? String == "leader" && leaderReplication["sequence"] as? Int == 2, "\(leaderReplication)")
+        let subscribers = leaderReplication["subscribers"] as? [[String: Any]] ?? []
+        #expect(subscribers.count == 1 && (subscribers.first?["peer"] as? String)?.hasPrefix("127.0.0.1:") == true, "\(leaderReplication)")
+    }
+
+    @Test("kill -9 a follower, 10,000 more on the leader, restart it: it catches up from its own journal, without a snapshot")
+    func restartCatchesUpFromOwnJournal() throws {
+        let dirs = (0..<2).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let leader = try Replicas.leader(dirs[0])
+        defer { leader.stop() }
+        var mutations = MixedMutations(seed: 3)
+        var follower = try Replicas.follower(of: leader, dirs[1])
+        #expect(try mutations.send(to: leader.port, count: 2_000).isEmpty)
+        try Replicas.waitForConvergence(leader: leader, followers: [follower])
+        follower.kill()
+        #expect(follower.waitForExit(timeout: 10) == 128 + SIGKILL)
+
+        #expect(try mutations.send(to: leader.port, count: 10_000).isEmpty)
+        #expect(try Replicas.sequence(leader) == 12_000)
+        follower = try Replicas.follower(of: leader, dirs[1])
+        defer { follower.stop() }
+        try Replicas.waitForConvergence(leader: leader, followers: [follower])
+        try Replicas.expectSameLists(leader, [follower])
+        let (equal, sizes) = Replicas.journalsEqual(dirs[0], dirs[1])
+        #expect(equal, "journals differ after the catch-up (\(sizes))")
+
+        // It resumed at its own last record: the leader fed it from 2,000, no snapshot on either side.
+        #expect(Replicas.loggedNumber(follower.stderrText, after: "following \(Replicas.address(leader)) from sequence ") == 2_000, "\(follower.stderrTail())")
+        #expect(!follower.stderrText.contains("snapshot"), "the follower mentions a snapshot: \(follower.stderrTail())")
+        let subscribed = leader.stderrText.components(separatedBy: "\n").filter { $0.contains("subscribed from sequence") }
+        #expect(subscribed.count == 2 && subscribed.last?.hasSuffix("subscribed from sequence 2000") == true, "\(subscribed)")
+        #expect(!FileManager.default.fileExists(atPath: dirs[1].appendingPathComponent("snapshot.jsonl").path))
+    }
+
+    @Test("the leader compacts while a follower is down: on restart the follower catches up through a snapshot, then goes on")
+    func catchUpThroughSnapshot() throws {
+        let dirs = (0..<2).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let leader = try Replicas.leader(dirs[0], ["--compact-after-bytes", "64KiB"])
+        defer { leader.stop() }
+        var mutations = MixedMutations(seed: 4)
+        var follower = try Replicas.follower(of: leader, dirs[1])
+        #expect(try mutations.send(to: leader.port, count: 300).isEmpty)
+        try Replicas.waitForConvergence(leader: leader, followers: [follower])
+        let downAt = try Replicas.sequence(follower)
+        follower.kill()
+        _ = follower.waitForExit(timeout: 10)
+
+        // Several compactions: the records after `downAt` are only in the leader's snapshot now.
+        #expect(try mutations.send(to: leader.port, count: 5_000).isEmpty)
+        let snapshotSequence = try Replicas.eventually {
+            let probe = try LineClient(port: leader.port)  // one subscription per connection
+            let reply = try Reply(probe.request(#"{"id":"p","method":"replication.subscribe"}"#))
+            return (reply.param?["snapshotSequence"] as? Int ?? 0) > downAt
+        }
+        #expect(snapshotSequence, "the leader did not compact past \(downAt): \(leader.stderrTail())")
+
+        follower = try Replicas.follower(of: leader, dirs[1])
+        #expect(follower.stderrEventually(contains: "caught up through a snapshot at sequence ", timeout: 30), "\(follower.stderrTail())")
+        try Replicas.waitForConvergence(leader: leader, followers: [follower])
+        try Replicas.expectSameLists(leader, [follower])
+        let installedAt = Replicas.loggedNumber(follower.stderrText, after: "caught up through a snapshot at sequence ")
+        #expect((installedAt ?? 0) > downAt, "\(follower.stderrTail())")
+
+        // It goes on from there, and after another kill -9 it resumes from its own files, no second snapshot.
+        #expect(try mutations.send(to: leader.port, count: 1_000).isEmpty)
+        try Replicas.waitForConvergence(leader: leader, followers: [follower])
+        follower.kill()
+        _ = follower.waitForExit(timeout: 10)
+        #expect(try mutations.send(to: leader.port, count: 200).isEmpty)
+        follower = try Replicas.follower(of: leader, dirs[1])
+        defer { follower.stop() }
+        try Replicas.waitForConvergence(leader: leader, followers: [follower])
+        try Replicas.expectSameLists(leader, [follower])
+        #expect(!follower.stderrText.contains("snapshot"), "a second snapshot: \(follower.stderrTail())")
+    }
+
+    @Test("kill -9 the leader: followers serve reads; promote one, point the other at it, write, converge")
+    func failover() throws {
+        let dirs = (0..<3).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let leader = try Replicas.leader(dirs[0])
+        defer { leader.stop() }
+        var a = try Replicas.follower(of: leader, dirs[1])
+        var b = try Replicas.follower(of: leader, dirs[2])
+        var mutations = MixedMutations(seed: 5)
+        #expect(try mutations.send(to: leader.port, count: 3_000).isEmpty)
+        try Replicas.waitForConvergence(leader: leader, followers: [a, b])
+        let before = try Replicas.lists(leader)
+
+        leader.kill()
+        _ = leader.waitForExit(timeout: 10)
+        for follower in [a, b] {
+            #expect(follower.stderrEventually(contains: "lost the leader \(Replicas.address(leader))"), "\(follower.stderrTail())")
+            #expect(try Replicas.lists(follower) == before, "a follower stopped serving its reads after the leader died")
+            #expect(try Replicas.replication(follower)["connected"] as? Bool == false)
+            expectError(try LineClient(port: follower.port).request(Wire.createUser("x", "x1", "X", "x@example.com")), code: "readOnly", id: "x")
+        }
+
+        // Promote a: stop it, start it on its data directory without --follow.
+        a.terminate()
+        #expect(a.waitForExit(timeout: 10) == 0)
+        a = try Replicas.leader(dirs[1])
+        defer { a.stop() }
+        #expect(try Replicas.lists(a) == before)
+        #expect(try Replicas.replication(a)["role"] as? String == "leader")
+        // Point b at it.
+        b.terminate()
+        #expect(b.waitForExit(timeout: 10) == 0)
+        b = try Replicas.follower(of: a, dirs[2])
+        defer { b.stop() }
+        #expect(try mutations.send(to: a.port, count: 2_000).isEmpty, "the promoted leader refused writes: \(a.stderrTail())")
+        #expect(try Replicas.sequence(a) == 5_000)
+        try Replicas.waitForConvergence(leader: a, followers: [b])
+        try Replicas.expectSameLists(a, [b])
+        let (equal, sizes) = Replicas.journalsEqual(dirs[1], dirs[2])
+        #expect(equal, "the new leader's and its follower's journals differ (\(sizes))")
+        #expect(Replicas.loggedNumber(b.stderrText, after: "following \(Replicas.address(a)) from sequence ") == 3_000, "\(b.stderrTail())")
+    }
+
+    @Test("a chain: leader -> follower -> follower converges, and the middle one lists its subscriber")
+    func chain() throws {
+        let dirs = (0..<3).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let leader = try Replicas.leader(dirs[0])
+        let middle = try Replicas.follower(of: leader, dirs[1])
+        let last = try Replicas.follower(of: middle, dirs[2])
+        defer { [leader, middle, last].forEach { $0.stop() } }
+        var mutations = MixedMutations(seed: 6)
+        #expect(try mutations.send(to: leader.port, count: 3_000).isEmpty)
+        try Replicas.waitForConvergence(leader: leader, followers: [middle, last])
+        try Replicas.expectSameLists(leader, [middle, last])
+        for dir in dirs.dropFirst() {
+            let (equal, sizes) = Replicas.journalsEqual(dirs[0], dir)
+            #expect(equal, "journals differ along the chain (\(sizes))")
+        }
+        let replication = try Replicas.replication(middle)
+        #expect(replication["role"] as? String == "follower")
+        #expect((replication["subscribers"] as? [[String: Any]])?.count == 1, "\(replication)")
+        #expect(try Replicas.replication(last)["leader"] as? String == Replicas.address(middle))
+    }
+
+    /// A leader on `dirs[0]` with users `lead0..<leading`, and a follower of it on `dirs[1]`, where
+    /// a daemon of its own first created users `own0..<own`: a history the leader never had.
+    static func strangers(_ dirs: [URL], own: Int, leading: Int) throws -> (DaemonProcess, DaemonProcess) {
+        let alone = try Replicas.leader(dirs[1])
+        try JournalSupport.createUsers(port: alone.port, prefix: "own", range: 0..<own)
+        alone.terminate()
+        #expect(alone.waitForExit(timeout: 10) == 0)
+        let leader = try Replicas.leader(dirs[0])
+        try JournalSupport.createUsers(port: leader.port, prefix: "lead", range: 0..<leading)
+        return (leader, try Replicas.follower(of: leader, dirs[1]))
+    }
+
+    @Test("a follower whose data holds records its leader does not have stops following with a clear log line, and keeps serving reads")
+    func divergence() throws {
+        let dirs = (0..<2).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let (leader, follower) = try Self.strangers(dirs, own: 3, leading: 3)
+        defer { [leader, follower].forEach { $0.stop() } }
+        #expect(follower.stderrEventually(contains: "following \(Replicas.address(leader)) from sequence 3"), "\(follower.stderrTail())")
+        // Record 4 changes a user only the leader has: it cannot apply on the follower.
+        let c = try LineClient(port: leader.port)
+        #expect(try c.request(Wire.request("u", "user.updateUser", #"{"userId":"lead0","newName":"L"}"#)).contains("updateUserResult"))
+        #expect(follower.stderrEventually(contains: "stopped following \(Replicas.address(leader)): record 4 (user.updateUser) does not apply here"),
+            "\(follower.stderrTail())")
+        #expect(follower.stderrText.contains("diverged"))
+        // It says so once, applies nothing more, and still serves what it has, read-only.
+        #expect(try c.request(Wire.createUser("n", "lead9", "N", "n@example.com")).contains("createUserResult"))
+        usleep(300_000)
+        #expect(try Replicas.sequence(follower) == 3)
+        #expect(try JournalSupport.userIDs(port: follower.port) == ["own0", "own1", "own2"])
+        expectError(try LineClient(port: follower.port).request(Wire.createUser("x", "x", "X", "x@example.com")), code: "readOnly", id: "x")
+        #expect(follower.isRunning)
+    }
+
+    @Test("a follower with more records than its leader is refused (invalidParams, ahead) and says why in its log")
+    func followerAheadOfLeader() throws {
+        let dirs = (0..<2).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let (leader, follower) = try Self.strangers(dirs, own: 5, leading: 2)
+        defer { [leader, follower].forEach { $0.stop() } }
+        #expect(follower.stderrEventually(contains: "ahead of", timeout: 10), "\(follower.stderrTail())")
+        #expect(try JournalSupport.userIDs(port: follower.port) == ["own0", "own1", "own2", "own3", "own4"])
+        #expect(try Replicas.replication(follower)["connected"] as? Bool == false)
+    }
+
+    @Test("with an auth file on the leader, a follower subscribes as a replicate principal (--follow-auth-file); read may not subscribe")
+    func replicateRole() throws {
+        let principals = try TestPrincipals()
+        defer { principals.cleanUp() }
+        let dirs = (0..<3).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let credentials = dirs[2].path + ".follow"
+        try "replicate:\(principals.tokens["replicate"] ?? "")\n".write(toFile: credentials, atomically: true, encoding: .utf8)
+        defer { unlink(credentials) }
+
+        let leader = try Replicas.leader(dirs[0], ["--auth-file", principals.file])
+        defer { leader.stop() }
+        let follower = try Replicas.follower(of: leader, dirs[1], ["--follow-auth-file", credentials])
+        defer { follower.stop() }
+        let writer = try LineClient(port: leader.port)
+        #expect(try writer.request(principals.authLine("write")).contains("system.authResult"))
+        #expect(try writer.request(Wire.createUser("1", "u1", "Ada", "ada@example.com")).contains("createUserResult"))
+        #expect(try Replicas.eventually {
+            let c = try LineClient(port: follower.port)
+            return try c.request(Wire.getUser("g", "u1")).contains("getUserResult")
+        }, "\(follower.stderrTail())")
+
+        let reader = try LineClient(port: leader.port)
+        #expect(try reader.request(principals.authLine("read")).contains("system.authResult"))
+        expectError(try reader.request(#"{"id":"s","method":"replication.subscribe"}"#), code: "forbidden", id: "s")
+        let replicator = try LineClient(port: leader.port)
+        #expect(try replicator.request(principals.authLine("replicate")).contains("system.authResult"))
+        expectError(try replicator.request(Wire.createUser("w", "u2", "B", "b@example.com")), code: "forbidden", id: "w")
+        #expect(try replicator.request(#"{"id":"s","method":"replication.subscribe"}"#).contains("replication.subscribeResult"))
+
+        // Without credentials a follower is refused, and keeps saying why.
+        let anonymous = try Replicas.follower(of: leader, dirs[2])
+        defer { anonymous.stop() }
+        #expect(anonymous.stderrEventually(contains: "cannot follow \(Replicas.address(leader))"), "\(anonymous.stderrTail())")
+        #expect(anonymous.stderrText.contains("unauthorized"), "\(anonymous.stderrTail())")
+    }
+
+    @Test("systemd's STATUS= line shows the role and the lag")
+    func statusLine() throws {
+        let dirs = (0..<2).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let leaderNotify = try NotifySocket()
+        let followerNotify = try NotifySocket()
+        let leader = try Replicas.leader(dirs[0], environment: ["NOTIFY_SOCKET": leaderNotify.address, "WATCHDOG_USEC": "400000"])
+        let follower = try Replicas.follower(
+            of: leader, dirs[1], environment: ["NOTIFY_SOCKET": followerNotify.address, "WATCHDOG_USEC": "400000"])
+        defer { [leader, follower].forEach { $0.stop() } }
+        try JournalSupport.createUsers(port: leader.port, range: 0..<5)
+        try Replicas.waitForConvergence(leader: leader, followers: [follower])
+        let want = "reads as follower of \(Replicas.address(leader)), seq 5, lag 0"
+        let followerSaid = Replicas.eventually(timeout: 10) {
+            followerNotify.waitFor("WATCHDOG=1", timeout: 1)
+            return followerNotify.messages.contains { $0.contains(want) }
+        }
+        #expect(followerSaid, "follower STATUS lines: \(followerNotify.messages.suffix(3))")
+        let leaderSaid = Replicas.eventually(timeout: 10) {
+            leaderNotify.waitFor("WATCHDOG=1", timeout: 1)
+            return leaderNotify.messages.contains { $0.contains("as leader, seq 5, 1 subscriber (max lag 0)") }
+        }
+        #expect(leaderSaid, "leader STATUS lines: \(leaderNotify.messages.suffix(3))")
+    }
+}
