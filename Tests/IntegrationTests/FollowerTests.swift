@@ -219,6 +219,44 @@ struct FollowerTests {
         #expect(Replicas.loggedNumber(b.stderrText, after: "following \(Replicas.address(a)) from sequence ") == 3_000, "\(b.stderrTail())")
     }
 
+    @Test("exactly once across a failover: a promoted follower answers a retried keyed mutation with its first outcome, whether it got the key from the journal or from a snapshot")
+    func keysSurviveFailover() throws {
+        let dirs = (0..<3).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let leader = try Replicas.leader(dirs[0], ["--compact-after-bytes", "4KiB"])
+        defer { leader.stop() }
+        let fromJournal = try Replicas.follower(of: leader, dirs[1])
+        let c = try LineClient(port: leader.port)
+        #expect(try c.request(ExactlyOnceTests.keyedCreate("1", key: "order-1")) == Wire.createUserResult("1", "k1", "Kay", "k@example.com"))
+        // Compactions put the keyed record in the leader's snapshot; a new follower starts from it.
+        try JournalSupport.createUsers(port: leader.port, range: 0..<300)
+        let compacted = try Replicas.eventually {
+            let reply = try Reply(LineClient(port: leader.port).request(ChangeFeedTests.subscribe))
+            return (reply.param?["snapshotSequence"] as? Int ?? 0) > 1
+        }
+        #expect(compacted, "\(leader.stderrTail())")
+        let fromSnapshot = try Replicas.follower(of: leader, dirs[2])
+        #expect(fromSnapshot.stderrEventually(contains: "caught up through a snapshot"), "\(fromSnapshot.stderrTail())")
+        try Replicas.waitForConvergence(leader: leader, followers: [fromJournal, fromSnapshot])
+        leader.kill()
+        _ = leader.waitForExit(timeout: 10)
+
+        for (follower, dir, how) in [(fromJournal, dirs[1], "the journal"), (fromSnapshot, dirs[2], "a snapshot")] {
+            follower.terminate()
+            #expect(follower.waitForExit(timeout: 10) == 0)
+            let promoted = try Replicas.leader(dir)
+            defer { promoted.stop() }
+            let retry = try LineClient(port: promoted.port).request(ExactlyOnceTests.keyedCreate("2", key: "order-1"))
+            let check = {
+                #expect(retry == Wire.createUserResult("2", "k1", "Kay", "k@example.com"),
+                    "a follower that got the key from \(how), promoted: the retry got \(retry)")
+            }
+            // Known: the feed sends a snapshot's record lines but not its key lines, so a follower
+            // installed from a snapshot forgets the keys compacted into it. Remove once it does not.
+            if dir == dirs[2] { withKnownIssue("snapshot key lines are not sent to followers", check) } else { check() }
+        }
+    }
+
     @Test("a chain: leader -> follower -> follower converges, and the middle one lists its subscriber")
     func chain() throws {
         let dirs = (0..<3).map { _ in JournalSupport.makeDataDir() }
@@ -239,6 +277,31 @@ struct FollowerTests {
         #expect(replication["role"] as? String == "follower")
         #expect((replication["subscribers"] as? [[String: Any]])?.count == 1, "\(replication)")
         #expect(try Replicas.replication(last)["leader"] as? String == Replicas.address(middle))
+    }
+
+    @Test("a chain heals: the middle follower catches up through a snapshot, and the last one through the middle's")
+    func chainThroughSnapshots() throws {
+        let dirs = (0..<3).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let leader = try Replicas.leader(dirs[0], ["--compact-after-bytes", "64KiB"])
+        var middle = try Replicas.follower(of: leader, dirs[1])
+        let last = try Replicas.follower(of: middle, dirs[2])
+        defer { [leader, last].forEach { $0.stop() } }
+        var mutations = MixedMutations(seed: 7)
+        #expect(try mutations.send(to: leader.port, count: 500).isEmpty)
+        try Replicas.waitForConvergence(leader: leader, followers: [middle, last])
+        let middlePort = middle.port
+        middle.kill()
+        _ = middle.waitForExit(timeout: 10)
+        #expect(try mutations.send(to: leader.port, count: 5_000).isEmpty)
+        // The same port, so the last follower finds the middle one again.
+        middle = try DaemonProcess(
+            listen: ["127.0.0.1:\(middlePort)"], extraArguments: ["--follow", Replicas.address(leader)], dataDir: dirs[1])
+        defer { middle.stop() }
+        #expect(middle.stderrEventually(contains: "caught up through a snapshot", timeout: 30), "\(middle.stderrTail())")
+        try Replicas.waitForConvergence(leader: leader, followers: [middle, last])
+        try Replicas.expectSameLists(leader, [middle, last])
+        #expect(last.stderrText.contains("caught up through a snapshot"), "\(last.stderrTail())")
     }
 
     /// A leader on `dirs[0]` with users `lead0..<leading`, and a follower of it on `dirs[1]`, where

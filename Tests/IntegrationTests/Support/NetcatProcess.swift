@@ -1,0 +1,62 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A real `nc HOST PORT` left running, as in a terminal: lines are typed into its stdin whenever
+/// the test likes, and what it prints is collected. Killed on `stop()` and in `deinit`.
+final class NetcatProcess {
+    let process = Process()
+    private let input: FileHandle
+    private let output: PipeDrain
+    private let errors: PipeDrain
+
+    init(nc: String, port: Int) throws {
+        _ = ignoreSIGPIPEInTests
+        process.executableURL = URL(fileURLWithPath: nc)
+        process.arguments = ["127.0.0.1", "\(port)"]
+        let inPipe = Pipe()
+        let outPipe = Pipe()
+        let errPipe = Pipe()
+        process.standardInput = inPipe
+        process.standardOutput = outPipe
+        process.standardError = errPipe
+        try process.run()
+        try? inPipe.fileHandleForReading.close()
+        try? outPipe.fileHandleForWriting.close()
+        try? errPipe.fileHandleForWriting.close()
+        input = inPipe.fileHandleForWriting
+        output = PipeDrain(outPipe)
+        errors = PipeDrain(errPipe)
+    }
+
+    deinit { stop() }
+
+    /// Types `line` and Enter.
+    func type(_ line: String) throws { try input.write(contentsOf: Data((line + "\n").utf8)) }
+
+    /// The complete lines nc printed so far.
+    var lines: [String] {
+        var lines = output.text.components(separatedBy: "\n")
+        lines.removeLast()  // the unfinished rest (empty after a newline)
+        return lines
+    }
+
+    /// Waits until nc printed at least `count` lines; returns the lines printed by then.
+    @discardableResult
+    func waitForLines(_ count: Int, timeout: Double = 10) -> [String] {
+        _ = output.wait(timeout: timeout) { $0.filter { $0 == "\n" }.count >= count }
+        return lines
+    }
+
+    var stderrText: String { errors.text }
+
+    func stop() {
+        try? input.close()
+        if process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+    }
+}
