@@ -22,10 +22,7 @@ struct ChangeFeedTests {
 
     @Test("netcat subscribes; a change made on another connection arrives as its journal line (id r<seq>, seq, crc)")
     func netcatReceivesJournalLines() throws {
-        guard let nc = Binaries.onPath("nc") else {
-            Issue.record("`nc` is not installed: install netcat-openbsd (apt-get install netcat-openbsd); CI installs it")
-            return
-        }
+        guard let nc = netcatOrIssue() else { return }
         try withDaemon { daemon in
             let feed = try NetcatProcess(nc: nc, port: daemon.port)
             defer { feed.stop() }

@@ -5,16 +5,8 @@ import Testing
 struct ReadmeSessionTests {
     @Test("the README netcat session, run with the real nc against the real daemon, prints exactly the README's replies")
     func netcatSession() throws {
-        guard let nc = Binaries.onPath("nc") else {
-            Issue.record("`nc` is not installed: install netcat-openbsd (apt-get install netcat-openbsd); CI installs it")
-            return
-        }
-        let root = try #require(packageRoot(), "no Package.swift above \(#filePath)")
-        let readmeURL = root.appendingPathComponent("README.md")
-        guard let readme = try? String(contentsOf: readmeURL, encoding: .utf8) else {
-            Issue.record("README.md not found at \(readmeURL.path)")
-            return
-        }
+        guard let nc = netcatOrIssue() else { return }
+        guard let readme = readmeOrIssue() else { return }
         let sessions = try parseNetcatSessions(readme: readme)
         #expect(!sessions.isEmpty, "the netcat-session block has no `$ nc` line")
 
@@ -28,17 +20,50 @@ struct ReadmeSessionTests {
         #expect(requests.contains(#""_0""#), "the README session should show the seed form")
 
         try withDaemon { daemon in
-            for (n, session) in sessions.enumerated() {
-                let input = session.requests.map { $0 + "\n" }.joined()
-                let out = try runProcess(URL(fileURLWithPath: nc), ["-N", "127.0.0.1", "\(daemon.port)"], stdin: input, timeout: 10)
-                #expect(out.status == 0, "nc session \(n + 1): exit \(String(describing: out.status)), stderr: \(out.stderr)")
-                var got = out.stdout.components(separatedBy: "\n")
-                if got.last == "" { got.removeLast() }
-                #expect(got.count == session.expectedReplies.count, "nc session \(n + 1): \(got.count) reply lines, README shows \(session.expectedReplies.count)")
-                for (i, expected) in session.expectedReplies.enumerated() {
-                    let actual = i < got.count ? got[i] : "<missing>"
-                    #expect(actual == expected, "nc session \(n + 1), reply \(i + 1)")
-                }
+            for (n, session) in sessions.enumerated() { try Self.run(session, number: n + 1, nc: nc, port: daemon.port) }
+        }
+    }
+
+    /// Feeds a session's requests to `nc -N` and checks it prints exactly the README's replies.
+    static func run(
+        _ session: NetcatSession, number n: Int, nc: String, port: Int, sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
+        let input = session.requests.map { $0 + "\n" }.joined()
+        let out = try runProcess(URL(fileURLWithPath: nc), ["-N", "127.0.0.1", "\(port)"], stdin: input, timeout: 10)
+        #expect(out.status == 0, "nc session \(n): exit \(String(describing: out.status)), stderr: \(out.stderr)", sourceLocation: sourceLocation)
+        var got = out.stdout.components(separatedBy: "\n")
+        if got.last == "" { got.removeLast() }
+        #expect(got.count == session.expectedReplies.count, "nc session \(n): \(got.count) reply lines, README shows \(session.expectedReplies.count)",
+            sourceLocation: sourceLocation)
+        for (i, expected) in session.expectedReplies.enumerated() {
+            let actual = i < got.count ? got[i] : "<missing>"
+            #expect(actual == expected, "nc session \(n), reply \(i + 1)", sourceLocation: sourceLocation)
+        }
+    }
+
+    @Test("the README change feed session: one nc subscribes and stays open, another makes changes, the first prints exactly the README's lines")
+    func feedSession() throws {
+        guard let nc = netcatOrIssue() else { return }
+        guard let readme = readmeOrIssue() else { return }
+        let sessions = try parseNetcatSessions(readme: readme, marker: "<!-- feed-session -->", isReply: isFeedOutput)
+        let subscriber = try #require(sessions.first)
+        #expect(sessions.count >= 2, "the feed session needs a subscriber and a session that makes changes")
+        #expect(subscriber.requests.first?.contains("replication.subscribe") == true, "\(subscriber.requests)")
+        let ownReplies = try subscriber.expectedReplies.filter(isCounterRequest).count
+        #expect(subscriber.expectedReplies.count > ownReplies, "the subscriber should show journal lines")
+
+        try withDaemon { daemon in
+            let feed = try NetcatProcess(nc: nc, port: daemon.port)
+            defer { feed.stop() }
+            for line in subscriber.requests { try feed.type(line) }
+            feed.waitForLines(ownReplies)
+            for (n, session) in sessions.dropFirst().enumerated() { try Self.run(session, number: n + 2, nc: nc, port: daemon.port) }
+            let got = feed.waitForLines(subscriber.expectedReplies.count)
+            usleep(200_000)
+            #expect(feed.lines == got, "the subscriber printed more than the README shows: \(feed.lines)")
+            #expect(got.count == subscriber.expectedReplies.count, "nc session 1: \(got.count) lines, README shows \(subscriber.expectedReplies.count): \(got)")
+            for (i, expected) in subscriber.expectedReplies.enumerated() {
+                #expect((i < got.count ? got[i] : "<missing>") == expected, "nc session 1 (the subscriber), line \(i + 1)")
             }
         }
     }

@@ -1,4 +1,5 @@
 import Foundation
+import Testing
 
 /// One `$ nc ...` session from the README: the request lines fed to nc, and the reply lines nc
 /// must print, in order.
@@ -11,7 +12,12 @@ struct NetcatSession {
 /// line starting with `$ nc` starts a new session; other `$` lines and blank lines are skipped;
 /// every other line must be JSON: a counter-request (method ending in `Result` or `error.error`, in
 /// canonical or seed form) is an expected reply, anything else is a request.
-func parseNetcatSessions(readme: String) throws -> [NetcatSession] {
+///
+/// With `marker: "<!-- feed-session -->"` and `isReply: isFeedOutput` the same reads the change
+/// feed's session, where the journal lines a subscriber receives (they carry `"seq"`) are output too.
+func parseNetcatSessions(
+    readme: String, marker: String = "<!-- netcat-session -->", isReply: (String) throws -> Bool = isCounterRequest
+) throws -> [NetcatSession] {
     let lines = readme.components(separatedBy: "\n").map {
         $0.hasSuffix("\r") ? String($0.dropLast()) : $0
     }
@@ -19,7 +25,7 @@ func parseNetcatSessions(readme: String) throws -> [NetcatSession] {
     var i = 0
     var foundMarker = false
     while i < lines.count {
-        guard lines[i].trimmingCharacters(in: .whitespaces) == "<!-- netcat-session -->" else {
+        guard lines[i].trimmingCharacters(in: .whitespaces) == marker else {
             i += 1
             continue
         }
@@ -27,7 +33,7 @@ func parseNetcatSessions(readme: String) throws -> [NetcatSession] {
         i += 1
         while i < lines.count && lines[i].trimmingCharacters(in: .whitespaces).isEmpty { i += 1 }
         guard i < lines.count, lines[i].trimmingCharacters(in: .whitespaces).hasPrefix("```") else {
-            throw HarnessError("README: `<!-- netcat-session -->` must be followed by a fenced ``` block")
+            throw HarnessError("README: `\(marker)` must be followed by a fenced ``` block")
         }
         i += 1
         var current: NetcatSession?
@@ -46,7 +52,7 @@ func parseNetcatSessions(readme: String) throws -> [NetcatSession] {
             guard current != nil else {
                 throw HarnessError("README netcat block: JSON line before any `$ nc` line: \(line)")
             }
-            if try isCounterRequest(line) {
+            if try isReply(line) {
                 current!.expectedReplies.append(line)
             } else {
                 current!.requests.append(line)
@@ -57,7 +63,7 @@ func parseNetcatSessions(readme: String) throws -> [NetcatSession] {
         if let done = current { sessions.append(done) }
     }
     if !foundMarker {
-        throw HarnessError("README.md has no `<!-- netcat-session -->` line followed by a fenced netcat session")
+        throw HarnessError("README.md has no `\(marker)` line followed by a fenced netcat session")
     }
     return sessions
 }
@@ -76,4 +82,33 @@ func isCounterRequest(_ line: String) throws -> Bool {
     default:
         return false
     }
+}
+
+/// Whether a README line of the feed session is output: a counter-request, or a journal line
+/// (`"seq"`) that a subscriber receives.
+func isFeedOutput(_ line: String) throws -> Bool {
+    if try isCounterRequest(line) { return true }
+    let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+    return object?["seq"] != nil
+}
+
+/// `nc` from PATH, or nil after recording an issue that says how to install it.
+func netcatOrIssue(sourceLocation: SourceLocation = #_sourceLocation) -> String? {
+    if let nc = Binaries.onPath("nc") { return nc }
+    Issue.record("`nc` is not installed: install netcat-openbsd (apt-get install netcat-openbsd); CI installs it", sourceLocation: sourceLocation)
+    return nil
+}
+
+/// README.md's text, or nil after recording an issue.
+func readmeOrIssue(sourceLocation: SourceLocation = #_sourceLocation) -> String? {
+    guard let root = packageRoot() else {
+        Issue.record("no Package.swift above \(#filePath)", sourceLocation: sourceLocation)
+        return nil
+    }
+    let url = root.appendingPathComponent("README.md")
+    guard let text = try? String(contentsOf: url, encoding: .utf8) else {
+        Issue.record("README.md not found at \(url.path)", sourceLocation: sourceLocation)
+        return nil
+    }
+    return text
 }
