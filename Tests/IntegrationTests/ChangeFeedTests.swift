@@ -123,6 +123,39 @@ struct ChangeFeedTests {
         }
     }
 
+    @Test("a subscriber that falls behind compaction (and behind what memory keeps) is disconnected with a logged reason; it subscribes again with a snapshot")
+    func behindCompaction() throws {
+        try withDaemon(extraArguments: ["--compact-after-bytes", "1MiB"]) { daemon in
+            let users = 100
+            try JournalSupport.createUsers(port: daemon.port, range: 0..<users)
+            let slow = try LineClient(port: daemon.port, timeout: 30, receiveBufferBytes: 4096)
+            #expect(try slow.request(Self.subscribe(from: 0)) == Self.subscribeResult(users, 0))
+            // 40 MB of updates: past its 2 MiB window, the socket buffers and the 16 MiB memory
+            // keeps, and compacted many times over.
+            let name = String(repeating: "n", count: 10_000)
+            let writer = try LineClient(port: daemon.port, timeout: 60)
+            for batch in 0..<80 {
+                try writer.send((0..<50).map { i in
+                    Wire.request("w\(i)", "user.updateUser", #"{"userId":"u\#(i)","newName":"\#(batch)\#(name)"}"#) + "\n"
+                }.joined())
+                for _ in 0..<50 { #expect(try writer.expectLine().contains("updateUserResult")) }
+            }
+            var lines: [String] = []
+            while let line = try slow.readLine() { lines.append(line) }
+            let last = try #require(lines.last)
+            expectError(last, code: "internal")
+            #expect(last.contains("the change feed stopped"), "\(last.prefix(300))")
+            #expect(lines.count > 1 && lines.count < users + 4_000, "\(lines.count) lines before the disconnect")
+            #expect(daemon.stderrEventually(contains: "replication: disconnecting subscriber"), "\(daemon.stderrTail())")
+            // Its next record is in the snapshot now: without a snapshot it is refused, with one it gets everything.
+            let again = try LineClient(port: daemon.port, timeout: 30)
+            let seq = lines.count - 1 + users  // the feed lines it got were records 1...
+            expectError(try again.request(Self.subscribe(from: seq)), code: "snapshotRequired", id: "f")
+            #expect(try again.request(Self.subscribe(from: seq, snapshot: true)).contains("subscribeResult"))
+            #expect(try again.expectLine().contains("replication.snapshotBegin"))
+        }
+    }
+
     @Test("a subscriber that never reads: the leader's memory stays bounded while 160 MB are journaled, and clients and other subscribers get everything")
     func subscriberThatNeverReads() throws {
         try withDaemon(extraArguments: ["--compact-after-bytes", "1GiB"]) { daemon in

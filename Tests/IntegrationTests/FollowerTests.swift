@@ -176,6 +176,75 @@ struct FollowerTests {
         #expect(!follower.stderrText.contains("snapshot"), "a second snapshot: \(follower.stderrTail())")
     }
 
+    @Test("a follower killed -9 five times at random moments while the leader writes and compacts converges at the end")
+    func followerChaos() throws {
+        let dirs = (0..<2).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let leader = try Replicas.leader(dirs[0], ["--compact-after-bytes", "64KiB"])
+        defer { leader.stop() }
+        let port = leader.port
+        let writing = Locked(true)
+        let failures = Locked<[String]>([])
+        let writerDone = DispatchSemaphore(value: 0)
+        Thread {
+            defer { writerDone.signal() }
+            var mutations = MixedMutations(seed: 8)
+            while writing.current {
+                do {
+                    let failed = try mutations.send(to: port, count: 200)
+                    failures.withLock { $0 += failed }
+                } catch {
+                    failures.withLock { $0.append("\(error)") }
+                    return
+                }
+                usleep(20_000)
+            }
+        }.start()
+        var random = SystemRandomNumberGenerator()
+        for _ in 0..<5 {
+            let follower = try Replicas.follower(of: leader, dirs[1])
+            usleep(UInt32.random(in: 100_000...1_200_000, using: &random))
+            follower.kill()
+            _ = follower.waitForExit(timeout: 10)
+        }
+        writing.withLock { $0 = false }
+        #expect(writerDone.wait(timeout: .now() + 60) == .success)
+        #expect(failures.current.isEmpty, "\(failures.current.prefix(3))")
+        let follower = try Replicas.follower(of: leader, dirs[1])
+        defer { follower.stop() }
+        try Replicas.waitForConvergence(leader: leader, followers: [follower])
+        try Replicas.expectSameLists(leader, [follower])
+        #expect(try Replicas.sequence(leader) > 1_000, "the writer hardly wrote")
+    }
+
+    @Test("the leader is killed -9 in the middle of writes and restarted on its port: the follower reconnects and converges, never ahead of it")
+    func leaderRestart() throws {
+        let dirs = (0..<2).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        var leader = try Replicas.leader(dirs[0])
+        let port = leader.port
+        let follower = try Replicas.follower(of: leader, dirs[1])
+        defer { follower.stop() }
+        var mutations = MixedMutations(seed: 9)
+        #expect(try mutations.send(to: port, count: 1_000).isEmpty)
+        // Pipelined creates, and the kill while they are being written.
+        let client = try LineClient(port: port)
+        try client.send((0..<3_000).map { Wire.createUser("c\($0)", "late\($0)", "Late", "l@example.com") + "\n" }.joined())
+        usleep(30_000)
+        leader.kill()
+        _ = leader.waitForExit(timeout: 10)
+        #expect(follower.stderrEventually(contains: "lost the leader 127.0.0.1:\(port)"), "\(follower.stderrTail())")
+        leader = try DaemonProcess(listen: ["127.0.0.1:\(port)"], dataDir: dirs[0])
+        defer { leader.stop() }
+        #expect(try JournalSupport.createUsers(port: port, prefix: "after", range: 0..<100).count == 100)
+        try Replicas.waitForConvergence(leader: leader, followers: [follower])
+        try Replicas.expectSameLists(leader, [follower])
+        let (equal, sizes) = Replicas.journalsEqual(dirs[0], dirs[1])
+        #expect(equal, "journals differ after the leader's restart (\(sizes))")
+        let follows = follower.stderrText.components(separatedBy: "\n").filter { $0.contains("following 127.0.0.1:\(port) from sequence") }
+        #expect(follows.count == 2, "\(follows)")
+    }
+
     @Test("kill -9 the leader: followers serve reads; promote one, point the other at it, write, converge")
     func failover() throws {
         let dirs = (0..<3).map { _ in JournalSupport.makeDataDir() }
