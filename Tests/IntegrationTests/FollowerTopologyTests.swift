@@ -1,0 +1,165 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Followers beyond one leader and its mirrors: chains, data that diverged, access control and
+/// systemd's status line.
+@Suite("followers: chains, divergence, the replicate role, STATUS=", .serialized)
+struct FollowerTopologyTests {
+    @Test("a chain: leader -> follower -> follower converges, and the middle one lists its subscriber")
+    func chain() throws {
+        let dirs = (0..<3).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let leader = try Replicas.leader(dirs[0])
+        let middle = try Replicas.follower(of: leader, dirs[1])
+        let last = try Replicas.follower(of: middle, dirs[2])
+        defer { [leader, middle, last].forEach { $0.stop() } }
+        var mutations = MixedMutations(seed: 6)
+        #expect(try mutations.send(to: leader.port, count: 3_000).isEmpty)
+        try Replicas.waitForConvergence(leader: leader, followers: [middle, last])
+        try Replicas.expectSameLists(leader, [middle, last])
+        for dir in dirs.dropFirst() {
+            let (equal, sizes) = Replicas.journalsEqual(dirs[0], dir)
+            #expect(equal, "journals differ along the chain (\(sizes))")
+        }
+        let replication = try Replicas.replication(middle)
+        #expect(replication["role"] as? String == "follower")
+        #expect((replication["subscribers"] as? [[String: Any]])?.count == 1, "\(replication)")
+        #expect(try Replicas.replication(last)["leader"] as? String == Replicas.address(middle))
+    }
+
+    @Test("a chain heals: the middle follower catches up through a snapshot, and the last one through the middle's")
+    func chainThroughSnapshots() throws {
+        let dirs = (0..<3).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let leader = try Replicas.leader(dirs[0], ["--compact-after-bytes", "64KiB"])
+        var middle = try Replicas.follower(of: leader, dirs[1])
+        let last = try Replicas.follower(of: middle, dirs[2])
+        defer { [leader, last].forEach { $0.stop() } }
+        var mutations = MixedMutations(seed: 7)
+        #expect(try mutations.send(to: leader.port, count: 500).isEmpty)
+        try Replicas.waitForConvergence(leader: leader, followers: [middle, last])
+        let middlePort = middle.port
+        middle.kill()
+        _ = middle.waitForExit(timeout: 10)
+        #expect(try mutations.send(to: leader.port, count: 5_000).isEmpty)
+        // The same port, so the last follower finds the middle one again.
+        middle = try DaemonProcess(
+            listen: ["127.0.0.1:\(middlePort)"], extraArguments: ["--follow", Replicas.address(leader)], dataDir: dirs[1])
+        defer { middle.stop() }
+        #expect(middle.stderrEventually(contains: "caught up through a snapshot", timeout: 30), "\(middle.stderrTail())")
+        try Replicas.waitForConvergence(leader: leader, followers: [middle, last])
+        try Replicas.expectSameLists(leader, [middle, last])
+        #expect(last.stderrText.contains("caught up through a snapshot"), "\(last.stderrTail())")
+    }
+
+    /// A leader on `dirs[0]` with users `lead0..<leading`, and a follower of it on `dirs[1]`, where
+    /// a daemon of its own first created users `own0..<own`: a history the leader never had.
+    static func strangers(_ dirs: [URL], own: Int, leading: Int) throws -> (DaemonProcess, DaemonProcess) {
+        let alone = try Replicas.leader(dirs[1])
+        try JournalSupport.createUsers(port: alone.port, prefix: "own", range: 0..<own)
+        alone.terminate()
+        #expect(alone.waitForExit(timeout: 10) == 0)
+        let leader = try Replicas.leader(dirs[0])
+        try JournalSupport.createUsers(port: leader.port, prefix: "lead", range: 0..<leading)
+        return (leader, try Replicas.follower(of: leader, dirs[1]))
+    }
+
+    @Test("a follower whose data holds records its leader does not have stops following with a clear log line, and keeps serving reads")
+    func divergence() throws {
+        let dirs = (0..<2).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let (leader, follower) = try Self.strangers(dirs, own: 3, leading: 3)
+        defer { [leader, follower].forEach { $0.stop() } }
+        #expect(follower.stderrEventually(contains: "following \(Replicas.address(leader)) from sequence 3"), "\(follower.stderrTail())")
+        // Record 4 changes a user only the leader has: it cannot apply on the follower.
+        let c = try LineClient(port: leader.port)
+        #expect(try c.request(Wire.request("u", "user.updateUser", #"{"userId":"lead0","newName":"L"}"#)).contains("updateUserResult"))
+        #expect(follower.stderrEventually(contains: "stopped following \(Replicas.address(leader)): record 4 (user.updateUser) does not apply here"),
+            "\(follower.stderrTail())")
+        #expect(follower.stderrText.contains("diverged"))
+        // It says so once, applies nothing more, and still serves what it has, read-only.
+        #expect(try c.request(Wire.createUser("n", "lead9", "N", "n@example.com")).contains("createUserResult"))
+        usleep(300_000)
+        #expect(try Replicas.sequence(follower) == 3)
+        #expect(try JournalSupport.userIDs(port: follower.port) == ["own0", "own1", "own2"])
+        expectError(try LineClient(port: follower.port).request(Wire.createUser("x", "x", "X", "x@example.com")), code: "readOnly", id: "x")
+        #expect(follower.isRunning)
+    }
+
+    @Test("a follower with more records than its leader is refused (invalidParams, ahead) and says why in its log")
+    func followerAheadOfLeader() throws {
+        let dirs = (0..<2).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let (leader, follower) = try Self.strangers(dirs, own: 5, leading: 2)
+        defer { [leader, follower].forEach { $0.stop() } }
+        #expect(follower.stderrEventually(contains: "ahead of", timeout: 10), "\(follower.stderrTail())")
+        #expect(try JournalSupport.userIDs(port: follower.port) == ["own0", "own1", "own2", "own3", "own4"])
+        #expect(try Replicas.replication(follower)["connected"] as? Bool == false)
+    }
+
+    @Test("with an auth file on the leader, a follower subscribes as a replicate principal (--follow-auth-file); read may not subscribe")
+    func replicateRole() throws {
+        let principals = try TestPrincipals()
+        defer { principals.cleanUp() }
+        let dirs = (0..<3).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let credentials = dirs[2].path + ".follow"
+        try "replicate:\(principals.tokens["replicate"] ?? "")\n".write(toFile: credentials, atomically: true, encoding: .utf8)
+        defer { unlink(credentials) }
+
+        let leader = try Replicas.leader(dirs[0], ["--auth-file", principals.file])
+        defer { leader.stop() }
+        let follower = try Replicas.follower(of: leader, dirs[1], ["--follow-auth-file", credentials])
+        defer { follower.stop() }
+        let writer = try LineClient(port: leader.port)
+        #expect(try writer.request(principals.authLine("write")).contains("system.authResult"))
+        #expect(try writer.request(Wire.createUser("1", "u1", "Ada", "ada@example.com")).contains("createUserResult"))
+        #expect(try Replicas.eventually {
+            let c = try LineClient(port: follower.port)
+            return try c.request(Wire.getUser("g", "u1")).contains("getUserResult")
+        }, "\(follower.stderrTail())")
+
+        let reader = try LineClient(port: leader.port)
+        #expect(try reader.request(principals.authLine("read")).contains("system.authResult"))
+        expectError(try reader.request(#"{"id":"s","method":"replication.subscribe"}"#), code: "forbidden", id: "s")
+        let replicator = try LineClient(port: leader.port)
+        #expect(try replicator.request(principals.authLine("replicate")).contains("system.authResult"))
+        expectError(try replicator.request(Wire.createUser("w", "u2", "B", "b@example.com")), code: "forbidden", id: "w")
+        #expect(try replicator.request(#"{"id":"s","method":"replication.subscribe"}"#).contains("replication.subscribeResult"))
+
+        // Without credentials a follower is refused, and keeps saying why.
+        let anonymous = try Replicas.follower(of: leader, dirs[2])
+        defer { anonymous.stop() }
+        #expect(anonymous.stderrEventually(contains: "cannot follow \(Replicas.address(leader))"), "\(anonymous.stderrTail())")
+        #expect(anonymous.stderrText.contains("unauthorized"), "\(anonymous.stderrTail())")
+    }
+
+    @Test("systemd's STATUS= line shows the role and the lag")
+    func statusLine() throws {
+        let dirs = (0..<2).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let leaderNotify = try NotifySocket()
+        let followerNotify = try NotifySocket()
+        let leader = try Replicas.leader(dirs[0], environment: ["NOTIFY_SOCKET": leaderNotify.address, "WATCHDOG_USEC": "400000"])
+        let follower = try Replicas.follower(
+            of: leader, dirs[1], environment: ["NOTIFY_SOCKET": followerNotify.address, "WATCHDOG_USEC": "400000"])
+        defer { [leader, follower].forEach { $0.stop() } }
+        try JournalSupport.createUsers(port: leader.port, range: 0..<5)
+        try Replicas.waitForConvergence(leader: leader, followers: [follower])
+        let want = "reads as follower of \(Replicas.address(leader)), seq 5, lag 0"
+        let followerSaid = Replicas.eventually(timeout: 10) {
+            followerNotify.waitFor("WATCHDOG=1", timeout: 1)
+            return followerNotify.messages.contains { $0.contains(want) }
+        }
+        #expect(followerSaid, "follower STATUS lines: \(followerNotify.messages.suffix(3))")
+        let leaderSaid = Replicas.eventually(timeout: 10) {
+            leaderNotify.waitFor("WATCHDOG=1", timeout: 1)
+            return leaderNotify.messages.contains { $0.contains("as leader, seq 5, 1 subscriber (max lag 0)") }
+        }
+        #expect(leaderSaid, "leader STATUS lines: \(leaderNotify.messages.suffix(3))")
+    }
+}
