@@ -67,6 +67,7 @@ struct ChangeFeedTests {
             let change = try Reply(feed.expectLine())
             #expect(change.isSeedForm && change.id == "r1" && change.method == "user.createUser", "\(change.line)")
             #expect(change.param?["email"] as? String == "ada@example.com" && change.object["seq"] as? Int == 1, "\(change.line)")
+            #expect(change.object["crc"] == nil, "the seal covers the canonical bytes only: \(change.line)")
         }
     }
 
