@@ -110,6 +110,20 @@ enum Replicas {
         }
     }
 
+    /// The sequence number `daemon`'s snapshot covers (0: none) once compaction has settled: the
+    /// same in two looks 50 ms apart, with no `journal.next.jsonl` (a compaction under way).
+    static func settledSnapshotSequence(_ daemon: DaemonProcess, timeout: Double = 20) throws -> Int {
+        var last = -1
+        var now = 0
+        _ = try eventually(timeout: timeout) {
+            let probe = try Reply(LineClient(port: daemon.port).request(#"{"id":"f","method":"replication.subscribe"}"#))
+            (last, now) = (now, probe.param?["snapshotSequence"] as? Int ?? 0)
+            let next = daemon.dataDir.appendingPathComponent("journal.next.jsonl").path
+            return now == last && !FileManager.default.fileExists(atPath: next)
+        }
+        return now
+    }
+
     /// Waits until `condition` holds, checking every 50 ms.
     static func eventually(timeout: Double = 10, _ condition: () throws -> Bool) rethrows -> Bool {
         let watch = Stopwatch()
