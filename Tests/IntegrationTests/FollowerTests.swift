@@ -113,6 +113,7 @@ struct FollowerTests {
         var follower = try Replicas.follower(of: leader, dirs[1])
         #expect(try mutations.send(to: leader.port, count: 2_000).isEmpty)
         try Replicas.waitForConvergence(leader: leader, followers: [follower])
+        try Replicas.waitForAcknowledgements(leader)
         follower.kill()
         #expect(follower.waitForExit(timeout: 10) == 128 + SIGKILL)
 
@@ -168,6 +169,7 @@ struct FollowerTests {
         // compacted past it again meanwhile.
         #expect(try mutations.send(to: leader.port, count: 1_000).isEmpty)
         try Replicas.waitForConvergence(leader: leader, followers: [follower])
+        try Replicas.waitForAcknowledgements(leader)
         let secondDownAt = try Replicas.sequence(follower)
         follower.kill()
         _ = follower.waitForExit(timeout: 10)

@@ -61,6 +61,20 @@ enum Replicas {
         }
     }
 
+    /// Waits until every subscriber of `leader` acknowledged its last record: the followers have
+    /// it on disk (a follower's `sequence` counts what it applied, which its journal may not hold
+    /// yet), so a kill -9 now loses nothing they had.
+    static func waitForAcknowledgements(_ leader: DaemonProcess, sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let target = try sequence(leader)
+        let acked = try eventually(timeout: 30) {
+            let subscribers = try replication(leader)["subscribers"] as? [[String: Any]] ?? []
+            return !subscribers.isEmpty && subscribers.allSatisfy { $0["ackedSequence"] as? Int == target }
+        }
+        if !acked {
+            Issue.record("not every subscriber acknowledged \(target): \(try replication(leader))", sourceLocation: sourceLocation)
+        }
+    }
+
     /// Every `listUsers` and `listBuildings` reply line, paging 500 at a time: two daemons with the
     /// same state give the same lines.
     static func lists(_ daemon: DaemonProcess) throws -> [String] {
