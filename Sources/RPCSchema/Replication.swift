@@ -73,7 +73,7 @@ public struct SnapshotKey: Codable, Equatable, Sendable {
 public struct ReplicationStats: Codable, Hashable, Sendable {
     /// `leader` (takes mutations) or `follower` (mirrors `leader`, serves reads).
     public var role: String
-    /// The last sequence number this daemon has made durable (applied, on a follower).
+    /// The last sequence number this daemon has made durable (in its journal, on a follower too).
     public var sequence: Int
     /// A follower's leader (`HOST:PORT`), whether it is connected now, the leader's sequence as
     /// far as the follower has heard, and the difference.

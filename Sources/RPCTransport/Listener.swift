@@ -116,6 +116,11 @@ public final class Listener: @unchecked Sendable {
         for _ in 0..<256 where !isClosed {
             do {
                 guard case .processed(let (client, peer)) = try Syscall.accept(fd) else { return }
+                // Replies leave when written: Nagle would hold a second small reply until the
+                // first is acknowledged (40 ms with a delayed ACK). Not for Unix sockets.
+                if case .unix = address {} else {
+                    try? Syscall.setOption(client, level: Int32(IPPROTO_TCP), name: TCP_NODELAY, value: 1)
+                }
                 onAccept(client, peer, address)
             } catch let error where error.code == EMFILE || error.code == ENFILE {
                 guard shedOne(error) else {

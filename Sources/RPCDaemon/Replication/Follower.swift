@@ -80,12 +80,15 @@ final class Follower: @unchecked Sendable {
         Task { await self.run() }
     }
 
+    /// `sequence` is what the journal holds (durable, per `--fsync`), not merely applied: after a
+    /// kill -9 the follower comes back at least there, so it is the figure to compare in a failover.
     var stats: ReplicationStats {
-        lock.withLock {
+        let durable = journal.sequences.durable
+        return lock.withLock {
             ReplicationStats(
-                role: "follower", sequence: Int(clamping: applied), leader: leader, connected: connected,
+                role: "follower", sequence: Int(clamping: durable), leader: leader, connected: connected,
                 leaderSequence: Int(clamping: leaderSequence),
-                lagRecords: Int(clamping: leaderSequence > applied ? leaderSequence - applied : 0))
+                lagRecords: Int(clamping: leaderSequence > durable ? leaderSequence - durable : 0))
         }
     }
 
