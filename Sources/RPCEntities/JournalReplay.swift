@@ -79,6 +79,8 @@ public struct JournalReplay {
     /// line is reported in `tornBytes`, for the caller to drop; other bytes after the last
     /// newline fail as damage.
     public mutating func replayJournal(_ bytes: UnsafeRawBufferPointer) -> Result<FileOutcome, Failure> {
+        state.deferOrder()
+        defer { state.restoreOrder() }
         var outcome = FileOutcome()
         var seals = SealRule()
         var previous: UInt64?
@@ -128,6 +130,8 @@ public struct JournalReplay {
     /// request lines. Sets `lastSeq` to S. A snapshot is written whole (temp file, fsync, rename),
     /// so any missing record or trailing bytes make it damaged.
     public mutating func replaySnapshot(_ bytes: UnsafeRawBufferPointer) -> Result<FileOutcome, Failure> {
+        state.deferOrder()
+        defer { state.restoreOrder() }
         var header: (seq: UInt64, records: Int)?
         var outcome = FileOutcome()
         var seals = SealRule()

@@ -28,6 +28,19 @@ public struct ExactID: Hashable, Comparable, Sendable, CustomStringConvertible, 
     public func hash(into hasher: inout Hasher) {
         ExactUTF8.withBytes(string) { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
     }
+
+    /// The first 16 UTF-8 bytes as two big-endian words, zero-padded. Byte order refines it: when
+    /// `a < b`, `a`'s prefix is at or below `b`'s, so a sort can compare prefixes (two integer
+    /// comparisons) and compare whole ids only when the prefixes are equal.
+    public var orderPrefix: (UInt64, UInt64) {
+        var words: (UInt64, UInt64) = (0, 0)
+        ExactUTF8.withBytes(string) { bytes in
+            withUnsafeMutableBytes(of: &words) { out in
+                out.copyMemory(from: UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(bytes).prefix(16)))
+            }
+        }
+        return (UInt64(bigEndian: words.0), UInt64(bigEndian: words.1))
+    }
 }
 
 /// Byte-exact comparison of strings, for the few places that compare a `String` with a `String`.
