@@ -65,7 +65,23 @@ public struct Records<Record: Sendable>: Sendable {
 
     public mutating func insert(_ record: Record, id: String) {
         let key = ExactID(id)
-        guard shards[Self.shard(key)].updateValue(record, forKey: key) == nil else { return }
+        if shards[Self.shard(key)].updateValue(record, forKey: key) == nil { addToOrder(key) }
+    }
+
+    /// Inserts `record` unless `id` is taken (then nothing changes): false if it was. One hash
+    /// lookup where `contains` then `insert` take two (a create on a hot path, and in replay).
+    public mutating func insertNew(_ record: Record, id: String) -> Bool {
+        let key = ExactID(id)
+        let shard = Self.shard(key)
+        if let existing = shards[shard].updateValue(record, forKey: key) {
+            shards[shard].updateValue(existing, forKey: key)
+            return false
+        }
+        addToOrder(key)
+        return true
+    }
+
+    private mutating func addToOrder(_ key: ExactID) {
         if defersOrder { unordered.append(key) } else { order.insert(key) }
     }
 
