@@ -316,7 +316,7 @@ struct _JSONParserState {
             while i < end, ptr[i] >= Byte.zero && ptr[i] <= Byte.nine { i += 1 }
         }
         pos = i
-        return String(decoding: UnsafeBufferPointer(start: ptr + start, count: i - start), as: UTF8.self)
+        return Self.validatedString(UnsafeBufferPointer(start: ptr + start, count: i - start), ascii: true)
     }
 
     // MARK: Strings
@@ -325,6 +325,7 @@ struct _JSONParserState {
     mutating func parseString() throws(JSONParseError) -> String {
         let start = pos + 1
         var i = start
+        var ascii = true
         while true {
             // Fast scan over plain ASCII.
             while i < end {
@@ -339,7 +340,7 @@ struct _JSONParserState {
             let b = ptr[i]
             if b == Byte.quote {
                 pos = i + 1
-                return String(decoding: UnsafeBufferPointer(start: ptr + start, count: i - start), as: UTF8.self)
+                return Self.validatedString(UnsafeBufferPointer(start: ptr + start, count: i - start), ascii: ascii)
             }
             if b == Byte.backslash {
                 return try parseEscapedString(start: start, at: i)
@@ -347,7 +348,19 @@ struct _JSONParserState {
             if b < 0x20 { throw fail("control character in string", at: i) }
             guard let next = utf8SequenceEnd(at: i) else { throw fail("invalid UTF-8", at: i) }
             i = next
+            ascii = false
         }
+    }
+
+    /// A String of bytes this parser has checked are UTF-8 (`ascii`: all below 0x80). Where the
+    /// standard library can (Swift 6.2), it takes them without checking them again (a parse makes
+    /// about ten strings a request; the second check was a tenth of a journal replay).
+    @inline(__always)
+    static func validatedString(_ bytes: UnsafeBufferPointer<UInt8>, ascii: Bool) -> String {
+        if #available(macOS 26.0, iOS 26.0, watchOS 26.0, tvOS 26.0, visionOS 26.0, *) {
+            return unsafe String(copying: UTF8Span(unchecked: bytes.span, isKnownASCII: ascii))
+        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// Continues a string that has an escape at `i`; bytes `start..<i` are plain and already valid.
