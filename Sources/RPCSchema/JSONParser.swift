@@ -327,7 +327,8 @@ struct _JSONParserState {
         var i = start
         var ascii = true
         while true {
-            // Fast scan over plain ASCII.
+            // Fast scan over plain ASCII, eight bytes at a time, then byte by byte.
+            i = plainASCIIEnd(from: i)
             while i < end {
                 let b = ptr[i]
                 if b < 0x80 && b >= 0x20 && b != Byte.quote && b != Byte.backslash {
@@ -350,6 +351,28 @@ struct _JSONParserState {
             i = next
             ascii = false
         }
+    }
+
+    /// The first index at or after `i` of a byte that is not a plain string byte (ASCII 0x20-0x7F
+    /// other than `"` and `\`), eight bytes at a time; the last few bytes are left to the byte loop.
+    @inline(__always)
+    func plainASCIIEnd(from i: Int) -> Int {
+        var i = i
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highs: UInt64 = 0x8080_8080_8080_8080
+        while i + 8 <= end {
+            let word = UInt64(littleEndian: UnsafeRawPointer(ptr + i).loadUnaligned(as: UInt64.self))
+            // A byte's high bit is set in `special` if it may be a quote, a backslash, a control
+            // byte or non-ASCII (the classic "has zero / has less" tests: they can flag a byte
+            // above a real hit, never one below, so the lowest flag is a real one).
+            let quote = word ^ (ones &* UInt64(Byte.quote))
+            let backslash = word ^ (ones &* UInt64(Byte.backslash))
+            let special = ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash) | ((word &- ones &* 0x20) & ~word) | word
+            let flagged = special & highs
+            if flagged != 0 { return i + flagged.trailingZeroBitCount / 8 }
+            i += 8
+        }
+        return i
     }
 
     /// A String of bytes this parser has checked are UTF-8 (`ascii`: all below 0x80). Where the
