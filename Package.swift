@@ -5,6 +5,7 @@ import PackageDescription
 // standard library only. Dependencies between modules point one way:
 //   RPCSchema <- RPCEntities <- RPCDaemon <- rpcd
 //   CRPCLinux <- RPCTransport <- RPCClient, RPCDaemon (which also takes getrandom from CRPCLinux)
+//   CRPCLinux <- RPCEntities (the CPU's CRC-32C instruction, for journal checksums)
 let package = Package(
     name: "rpcd",
     platforms: [.macOS(.v13)],
@@ -16,8 +17,8 @@ let package = Package(
     ],
     targets: [
         .target(name: "RPCSchema"),
-        .target(name: "RPCEntities", dependencies: ["RPCSchema"]),
-        // Linux headers Glibc's module leaves out (epoll); empty elsewhere.
+        .target(name: "RPCEntities", dependencies: ["RPCSchema", "CRPCLinux"]),
+        // Linux headers Glibc's module leaves out (epoll), and the CPU's CRC-32C instruction.
         .target(name: "CRPCLinux"),
         .target(name: "RPCTransport", dependencies: ["CRPCLinux"]),
         .target(name: "RPCClient", dependencies: ["RPCSchema", "RPCTransport"]),

@@ -91,20 +91,40 @@ enum FileIO {
             return nil
         }
         defer { close(fd) }
-        var bytes = [UInt8](repeating: 0, count: try size(fd, path: path))
-        var filled = 0
+        // Read into uninitialized room for the size fstat gives plus one byte, for the read that
+        // finds the end. (Zeroing first, then growing the array by 64 KiB to find the end, wrote and
+        // copied a 100 MiB snapshot twice more at every start.)
+        let expected = try size(fd, path: path)
+        var failure: Errno?
+        var bytes = [UInt8](unsafeUninitializedCapacity: expected + 1) { buffer, count in
+            do throws(Errno) {
+                count = try read(fd, into: UnsafeMutableRawBufferPointer(buffer), path: path)
+            } catch {
+                failure = error
+            }
+        }
+        if let failure { throw failure }
+        guard bytes.count > expected else { return bytes }
+        // The file grew while it was read: the rest, a chunk at a time.
+        var chunk = [UInt8](repeating: 0, count: 1 << 16)
         while true {
-            if filled == bytes.count { bytes.append(contentsOf: repeatElement(0, count: 1 << 16)) }
-            let n = try bytes.withUnsafeMutableBytes { buffer in
-                Result { () throws(Errno) in
-                    try retrying("read(\(path))") { Glibc.read(fd, buffer.baseAddress! + filled, buffer.count - filled) }
-                }
+            let n = try chunk.withUnsafeMutableBytes { buffer in
+                Result { () throws(Errno) in try read(fd, into: buffer, path: path) }
             }.get()
+            bytes.append(contentsOf: chunk[..<n])
+            if n < chunk.count { return bytes }
+        }
+    }
+
+    /// Reads until `buffer` is full or the file ends; how many bytes it read.
+    private static func read(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, path: String) throws(Errno) -> Int {
+        var filled = 0
+        while filled < buffer.count {
+            let n = try retrying("read(\(path))") { Glibc.read(fd, buffer.baseAddress! + filled, buffer.count - filled) }
             if n == 0 { break }
             filled += n
         }
-        bytes.removeLast(bytes.count - filled)
-        return bytes
+        return filled
     }
 
     /// Reads up to `buffer.count` bytes at `offset` (pread); 0 at the end of the file.

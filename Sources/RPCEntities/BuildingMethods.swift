@@ -7,11 +7,10 @@ enum BuildingMethods {
             try Rules.requireID(p.id, "id")
             try Rules.requireName(p.name)
             let residents = try residents(p.residents, in: state)
-            guard !state.buildings.contains(p.id) else {
+            let building = Building(id: p.id, name: p.name, address: p.address, residents: residents)
+            guard state.buildings.insertNew(building, id: building.id) else {
                 throw .conflict("building \"\(p.id)\" exists already; pick another id or use building.updateBuilding")
             }
-            let building = Building(id: p.id, name: p.name, address: p.address, residents: residents)
-            state.buildings.insert(building, id: building.id)
             return building
         }
         table.on(UpdateBuilding.self) { state, p throws(RPCError) in

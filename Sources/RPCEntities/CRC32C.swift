@@ -1,13 +1,26 @@
+import CRPCLinux
+
 /// CRC-32C (Castagnoli, polynomial 0x1EDC6F41, reflected 0x82F63B78, initial value and final xor
 /// 0xFFFFFFFF): the checksum of iSCSI (RFC 3720 B.4), ext4 and SCTP. Its one user is
 /// `JournalRecord`, which seals every journal and snapshot line with it.
 ///
-/// Slicing-by-8 in plain Swift: eight 256-entry tables, one 8-byte load and eight lookups per
-/// 8 bytes of input (about 1-2 GB/s on one core here; a journal line of ~120 bytes costs well
-/// under 100 ns).
+/// With the CPU's instruction where it has one (x86-64 SSE4.2, AArch64 CRC: 8 bytes a cycle or
+/// so; a journal line is written under the state lock, and a restart checks a million of them),
+/// else slicing-by-8 in plain Swift: eight 256-entry tables, one 8-byte load and eight lookups per
+/// 8 bytes of input (about 1-2 GB/s on one core here).
 public enum CRC32C {
     /// The CRC-32C of `bytes`; pass a previous result as `continuing` to checksum data in pieces.
     public static func checksum(_ bytes: UnsafeRawBufferPointer, continuing previous: UInt32 = 0) -> UInt32 {
+        guard let base = bytes.baseAddress else { return previous }
+        if hasInstruction { return ~crpc_crc32c_update(~previous, base, bytes.count) }
+        return tableChecksum(bytes, continuing: previous)
+    }
+
+    /// Whether this CPU has a CRC-32C instruction (asked once).
+    static let hasInstruction = crpc_crc32c_available() != 0
+
+    /// The portable path (tests run both).
+    static func tableChecksum(_ bytes: UnsafeRawBufferPointer, continuing previous: UInt32 = 0) -> UInt32 {
         var crc = ~previous
         guard var p = bytes.baseAddress else { return previous }
         var n = bytes.count

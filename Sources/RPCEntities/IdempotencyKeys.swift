@@ -163,7 +163,13 @@ public struct IdempotencyKeys: Sendable {
         }
 
         mutating func add(_ text: String) {
-            for byte in text.utf8 { add(byte: byte) }
+            // Over the contiguous bytes: iterating `utf8` cost about 40 instructions a byte.
+            let done: Void? = text.utf8.withContiguousStorageIfAvailable { bytes in
+                for byte in bytes { add(byte: byte) }
+            }
+            if done == nil {
+                for byte in text.utf8 { add(byte: byte) }
+            }
             add(byte: 0xFF)  // never in UTF-8: ends the string unambiguously
         }
 

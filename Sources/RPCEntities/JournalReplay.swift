@@ -79,6 +79,8 @@ public struct JournalReplay {
     /// line is reported in `tornBytes`, for the caller to drop; other bytes after the last
     /// newline fail as damage.
     public mutating func replayJournal(_ bytes: UnsafeRawBufferPointer) -> Result<FileOutcome, Failure> {
+        state.deferOrder()
+        defer { state.restoreOrder() }
         var outcome = FileOutcome()
         var seals = SealRule()
         var previous: UInt64?
@@ -128,6 +130,8 @@ public struct JournalReplay {
     /// request lines. Sets `lastSeq` to S. A snapshot is written whole (temp file, fsync, rename),
     /// so any missing record or trailing bytes make it damaged.
     public mutating func replaySnapshot(_ bytes: UnsafeRawBufferPointer) -> Result<FileOutcome, Failure> {
+        state.deferOrder()
+        defer { state.restoreOrder() }
         var header: (seq: UInt64, records: Int)?
         var outcome = FileOutcome()
         var seals = SealRule()
@@ -286,9 +290,8 @@ public struct JournalReplay {
     ) -> (validBytes: Int, tornBytes: Int, lines: Int, failure: Failure?) {
         var start = 0
         var number = 0
-        let newline = UInt8(ascii: "\n")
         while start < bytes.count {
-            guard let end = bytes[start...].firstIndex(of: newline) else {
+            guard let end = newline(in: bytes, from: start) else {
                 return (start, bytes.count - start, number, nil)
             }
             number += 1
@@ -299,6 +302,29 @@ public struct JournalReplay {
             start = end + 1
         }
         return (start, 0, number, nil)
+    }
+
+    /// The index of the first `\n` at or after `from`, eight bytes at a time (a restart scans a
+    /// 100 MiB snapshot for them; byte by byte was a few percent of it).
+    static func newline(in bytes: UnsafeRawBufferPointer, from: Int) -> Int? {
+        var i = from
+        if let base = bytes.baseAddress {
+            let ones: UInt64 = 0x0101_0101_0101_0101
+            let highs: UInt64 = 0x8080_8080_8080_8080
+            while i + 8 <= bytes.count {
+                // A zero byte of `word ^ newlines` is a newline; the lowest flagged byte is the first
+                // (bytes above a real zero may be flagged falsely, never bytes below it).
+                let word = UInt64(littleEndian: (base + i).loadUnaligned(as: UInt64.self)) ^ (ones &* 0x0A)
+                let zeros = (word &- ones) & ~word & highs
+                if zeros != 0 { return i + zeros.trailingZeroBitCount / 8 }
+                i += 8
+            }
+        }
+        while i < bytes.count {
+            if bytes[i] == UInt8(ascii: "\n") { return i }
+            i += 1
+        }
+        return nil
     }
 
     /// How many complete lines from `offset` on are intact records (they decode, and their

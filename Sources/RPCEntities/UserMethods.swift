@@ -7,11 +7,10 @@ enum UserMethods {
             try Rules.requireID(p.id, "id")
             try Rules.requireName(p.name)
             try Rules.requireEmail(p.email)
-            guard !state.users.contains(p.id) else {
+            let user = User(id: p.id, name: p.name, email: p.email)
+            guard state.users.insertNew(user, id: user.id) else {
                 throw .conflict("user \"\(p.id)\" exists already; pick another id or use user.updateUser")
             }
-            let user = User(id: p.id, name: p.name, email: p.email)
-            state.users.insert(user, id: user.id)
             return user
         }
         table.on(UpdateUser.self) { state, p throws(RPCError) in

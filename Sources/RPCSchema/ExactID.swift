@@ -19,31 +19,50 @@ public struct ExactID: Hashable, Comparable, Sendable, CustomStringConvertible, 
 
     public var description: String { string }
 
+    @inlinable
     public static func == (a: ExactID, b: ExactID) -> Bool {
         a.string.utf8.count == b.string.utf8.count && ExactUTF8.compare(a.string, b.string) == 0
     }
 
+    @inlinable
     public static func < (a: ExactID, b: ExactID) -> Bool { ExactUTF8.compare(a.string, b.string) < 0 }
 
+    @inlinable
     public func hash(into hasher: inout Hasher) {
         ExactUTF8.withBytes(string) { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+    }
+
+    /// The first 16 UTF-8 bytes as two big-endian words, zero-padded. Byte order refines it: when
+    /// `a < b`, `a`'s prefix is at or below `b`'s, so a sort can compare prefixes (two integer
+    /// comparisons) and compare whole ids only when the prefixes are equal.
+    public var orderPrefix: (UInt64, UInt64) {
+        var words: (UInt64, UInt64) = (0, 0)
+        ExactUTF8.withBytes(string) { bytes in
+            withUnsafeMutableBytes(of: &words) { out in
+                out.copyMemory(from: UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(bytes).prefix(16)))
+            }
+        }
+        return (UInt64(bigEndian: words.0), UInt64(bigEndian: words.1))
     }
 }
 
 /// Byte-exact comparison of strings, for the few places that compare a `String` with a `String`.
 public enum ExactUTF8 {
     /// Whether `a` and `b` have the same UTF-8 bytes (not just canonically equivalent text).
-    @inline(__always)
+    @inlinable @inline(__always)
     public static func equal(_ a: String, _ b: String) -> Bool {
-        // A byte-equal pair is always `==`, so `==` failing is a cheap "no"; only a match is checked by bytes.
-        a == b && a.utf8.count == b.utf8.count && compare(a, b) == 0
+        // Lengths first (inline, no call: most keys looked up differ in length), then `==`: a
+        // byte-equal pair is always `==`, so its failing is a cheap "no"; only a match is checked by bytes.
+        a.utf8.count == b.utf8.count && a == b && compare(a, b) == 0
     }
 
     /// <0, 0 or >0 as `a`'s UTF-8 bytes sort before, equal or after `b`'s (shorter prefix first).
+    @inlinable
     public static func compare(_ a: String, _ b: String) -> Int {
         withBytes(a) { x in withBytes(b) { y in compare(x, y) } }
     }
 
+    @inlinable
     static func compare(_ x: UnsafeBufferPointer<UInt8>, _ y: UnsafeBufferPointer<UInt8>) -> Int {
         let common = Swift.min(x.count, y.count)
         if common > 0, let p = x.baseAddress, let q = y.baseAddress {
@@ -64,7 +83,7 @@ public enum ExactUTF8 {
     }
 
     /// Calls `body` with the UTF-8 bytes of `string` (copied only for a string without contiguous storage).
-    @inline(__always)
+    @inlinable @inline(__always)
     static func withBytes<R>(_ string: String, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
         if let result = string.utf8.withContiguousStorageIfAvailable(body) { return result }
         return Array(string.utf8).withUnsafeBufferPointer(body)

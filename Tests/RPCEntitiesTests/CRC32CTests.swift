@@ -1,4 +1,4 @@
-import RPCEntities
+@testable import RPCEntities
 import Testing
 
 @Suite("CRC-32C (RFC 3720 B.4 test vectors)")
@@ -12,6 +12,7 @@ struct CRC32CTests {
     ])
     func vectors(_ name: String, _ bytes: [UInt8], _ expected: UInt32) {
         #expect(CRC32C.checksum(bytes) == expected, "\(name)")
+        #expect(bytes.withUnsafeBytes { CRC32C.tableChecksum($0) } == expected, "\(name), tables")
     }
 
     @Test("the empty input, every length and alignment, and pieces agree with the bit-at-a-time definition")
@@ -21,13 +22,23 @@ struct CRC32CTests {
         for start in 0..<9 {
             for end in stride(from: start, through: data.count, by: 7) {
                 let crc = data.withUnsafeBytes { CRC32C.checksum(UnsafeRawBufferPointer(rebasing: $0[start..<end])) }
+                let tables = data.withUnsafeBytes { CRC32C.tableChecksum(UnsafeRawBufferPointer(rebasing: $0[start..<end])) }
                 #expect(crc == bytewise(Array(data[start..<end])), "bytes \(start)..<\(end)")
+                #expect(tables == crc, "bytes \(start)..<\(end), tables")
             }
         }
         // In pieces: continuing from a previous result gives the checksum of the whole.
         let whole = CRC32C.checksum(data)
         let first = data[..<77].withUnsafeBytes { CRC32C.checksum($0) }
         #expect(data[77...].withUnsafeBytes { CRC32C.checksum($0, continuing: first) } == whole)
+        #expect(data[77...].withUnsafeBytes { CRC32C.tableChecksum($0, continuing: first) } == whole)
+    }
+
+    @Test("the CPU's instruction is used on x86-64 (SSE4.2 since 2008)")
+    func instruction() {
+        #if arch(x86_64)
+        #expect(CRC32C.hasInstruction)
+        #endif
     }
 
     /// The textbook one-bit-at-a-time definition.

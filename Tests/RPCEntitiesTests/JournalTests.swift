@@ -1,4 +1,4 @@
-import RPCEntities
+@testable import RPCEntities
 import RPCSchema
 import Testing
 
@@ -96,5 +96,20 @@ struct JournalTests {
         let cut = Array(bytes.prefix(bytes.count - 40))
         #expect(throws: JournalReplay.Failure.self) { try cut.withUnsafeBytes { partial.replaySnapshot($0) }.get() }
     }
-}
 
+    @Test("the newline search finds the first newline at or after any offset, in runs of every length")
+    func newlineSearch() {
+        var bytes = [UInt8](repeating: UInt8(ascii: "x"), count: 300)
+        for at in [0, 1, 7, 8, 9, 15, 16, 17, 63, 100, 299] { bytes[at] = UInt8(ascii: "\n") }
+        bytes[50] = 0x0B  // neighbours of a newline in the carry trick
+        bytes[51] = 0x09
+        bytes[52] = 0x8A
+        bytes.withUnsafeBytes { raw in
+            for from in 0...raw.count {
+                let naive = raw[from...].firstIndex(of: UInt8(ascii: "\n"))
+                #expect(JournalReplay.newline(in: raw, from: from) == naive, "from \(from)")
+            }
+        }
+        #expect([UInt8]().withUnsafeBytes { JournalReplay.newline(in: $0, from: 0) } == nil)
+    }
+}

@@ -103,6 +103,65 @@ import RPCSchema
         #expect(ids.count == 50_000 && !ids.contains("u1") && ids.contains("u25000x"))
     }
 
+    /// Bulk inserts (journal replay): into an empty set (a bottom-up build at every size around a
+    /// node's capacity and up to three levels), into a large set (a merge and rebuild) and into a
+    /// small one (inserts in order), with repeats and ids already present; the tree keeps its shape
+    /// rules, and single inserts and removals work on it afterwards.
+    @Test func bulkInsertsMatchASortedModel() {
+        var random = Random(state: 7)
+        for size in [0, 1, 2, 191, 192, 193, 255, 256, 257, 384, 385, 12_288, 12_289, 40_000] {
+            let ids = (0..<size).map { _ in Self.id(random.below(size * 2 + 1)) }
+            var bulk = SortedIDs()
+            bulk.insert(contentsOf: ids)
+            expectMatches(bulk, Set(ids), &random, "built from \(size)")
+        }
+        var ids = SortedIDs()
+        var model = Set<ExactID>()
+        for round in 0..<6 {
+            // Batches of 20,000, then 100 (below an eighth of the ids here: inserted one by one).
+            let batch = (0..<(round < 3 ? 20_000 : 100)).map { _ in Self.id(random.below(40_000)) }
+            ids.insert(contentsOf: batch)
+            model.formUnion(batch)
+            for _ in 0..<2_000 {
+                let id = Self.id(random.below(40_000))
+                if random.below(2) == 0 {
+                    #expect(ids.insert(id) == model.insert(id).inserted)
+                } else {
+                    #expect(ids.remove(id) == (model.remove(id) != nil))
+                }
+            }
+            expectMatches(ids, model, &random, "bulk round \(round)")
+        }
+    }
+
+    /// Ids sharing their first 16 bytes (orderPrefix ties) and ids that differ only after a NUL or
+    /// in length sort in byte order.
+    @Test func bulkSortOrdersPrefixTies() {
+        let ids: [ExactID] = ["abcdefghijklmnop2", "abcdefghijklmnop10", "abcdefghijklmnop", "ab\u{0}", "ab", "ab\u{0}\u{0}", "a", "", "abcdefghijklmnop2", "\u{212A}", "K"]
+        let sorted = SortedIDs.sortedUnique(ids)
+        #expect(sorted == Set(ids).sorted())
+        #expect(sorted.count == 10)
+    }
+
+    /// While the order is deferred (journal replay), lists, counts and removals stay right.
+    @Test func recordsWithADeferredOrder() {
+        var records = Records<Int>()
+        for n in 0..<1_000 { records.insert(n, id: "u\(n)") }
+        records.deferOrder()
+        for n in 1_000..<3_000 { records.insert(n, id: "u\(n)") }
+        records.insert(-1, id: "u5")  // an update: not a new id
+        #expect(records.count == 3_000)
+        #expect(records.page(after: "u1999", limit: 3).records == [2, 20, 200])
+        #expect(records.remove("u2500") == 2_500 && records.remove("u2500") == nil && records.count == 2_999)
+        for n in 3_000..<3_010 { records.insert(n, id: "u\(n)") }
+        records.restoreOrder()
+        records.insert(9, id: "u")
+        let all = records.page(after: nil, limit: nil).records
+        #expect(all.count == 3_010 && all.first == 9)
+        let expected = (0..<3_010).filter { $0 != 2_500 }.map { "u\($0)" }.sorted(by: { ExactID($0) < ExactID($1) })
+        #expect(records.page(after: "u", limit: nil).records == expected.map { $0 == "u5" ? -1 : Int($0.dropFirst())! })
+    }
+
     @Test func exactIDsCompareBytesNotCanonicalEquivalence() {
         let composed = ExactID("caf\u{E9}")
         let decomposed = ExactID("cafe\u{301}")

@@ -59,6 +59,26 @@ private func pathStrings(_ path: [any CodingKey]) -> [String] { path.map(\.strin
         #expect(try parse("\"\"") == .string(""))
     }
 
+    /// Strings are scanned eight bytes at a time: every kind of byte that ends a plain run, at
+    /// every offset around a word boundary, is found where it is.
+    @Test func stringScanFindsSpecialBytesAtEveryOffset() throws {
+        for before in 0..<20 {
+            let head = String(repeating: "a", count: before)
+            let tail = String(repeating: "z", count: 20 - before)
+            #expect(try parse("\"\(head)\"") == .string(head))
+            #expect(try parse("\"\(head)\\n\(tail)\"") == .string("\(head)\n\(tail)"))
+            #expect(try parse("\"\(head)é\u{7F} \(tail)\"") == .string("\(head)é\u{7F} \(tail)"))
+            for control: UInt8 in [0x00, 0x01, 0x0A, 0x1F] {
+                let bytes = [0x22] + Array(head.utf8) + [control] + Array(tail.utf8) + [0x22]
+                #expect(throws: JSONParseError(offset: before + 1, reason: "control character in string")) {
+                    try JSONParser.parse(bytes)
+                }
+            }
+            let invalid = [0x22] + Array(head.utf8) + [0xFF] + Array(tail.utf8) + [0x22]
+            #expect(throws: JSONParseError(offset: before + 1, reason: "invalid UTF-8")) { try JSONParser.parse(invalid) }
+        }
+    }
+
     @Test func parsesContainersKeepingOrder() throws {
         let v = try parse(#" { "id" : "1", "method":"m" , "param":[1, {"b":null,"a":true}, []], "e":{} } "#)
         let o = try #require(v.objectValue)
