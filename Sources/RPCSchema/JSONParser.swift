@@ -380,9 +380,11 @@ struct _JSONParserState {
     /// about ten strings a request; the second check was a tenth of a journal replay).
     @inline(__always)
     static func validatedString(_ bytes: UnsafeBufferPointer<UInt8>, ascii: Bool) -> String {
+        #if compiler(>=6.2)
         if #available(macOS 26.0, iOS 26.0, watchOS 26.0, tvOS 26.0, visionOS 26.0, *) {
             return unsafe String(copying: UTF8Span(unchecked: bytes.span, isKnownASCII: ascii))
         }
+        #endif
         return String(decoding: bytes, as: UTF8.self)
     }
 
