@@ -84,12 +84,7 @@ enum FileIO {
 
     /// The whole file, or nil if it does not exist.
     static func readAll(_ path: String) throws(Errno) -> [UInt8]? {
-        let fd: Int32
-        do {
-            fd = try open(path, O_RDONLY)
-        } catch where error.code == ENOENT {
-            return nil
-        }
+        guard let fd = try openIfExists(path) else { return nil }
         defer { close(fd) }
         // Read into uninitialized room for the size fstat gives plus one byte, for the read that
         // finds the end. (Zeroing first, then growing the array by 64 KiB to find the end, wrote and
@@ -127,14 +122,18 @@ enum FileIO {
         return filled
     }
 
-    /// The whole file mapped read-only, or nil if it does not exist.
-    static func map(_ path: String) throws(Errno) -> MappedFile? {
-        let fd: Int32
+    /// A descriptor for reading `path`, or nil if it does not exist.
+    private static func openIfExists(_ path: String) throws(Errno) -> Int32? {
         do {
-            fd = try open(path, O_RDONLY)
+            return try open(path, O_RDONLY)
         } catch where error.code == ENOENT {
             return nil
         }
+    }
+
+    /// The whole file mapped read-only, or nil if it does not exist.
+    static func map(_ path: String) throws(Errno) -> MappedFile? {
+        guard let fd = try openIfExists(path) else { return nil }
         defer { close(fd) }
         let count = try size(fd, path: path)
         guard count > 0 else { return MappedFile(base: nil, count: 0) }
