@@ -72,24 +72,28 @@ public struct SortedIDs: Sendable {
 
     /// First index whose key is at or above `id`.
     static func lowerBound(_ keys: [ExactID], _ id: ExactID) -> Int {
-        var low = 0
-        var high = keys.count
-        while low < high {
-            let mid = low + (high - low) / 2
-            if keys[mid] < id { low = mid + 1 } else { high = mid }
+        id.withComparator { compare in
+            var low = 0
+            var high = keys.count
+            while low < high {
+                let mid = low + (high - low) / 2
+                if compare(keys[mid]) < 0 { low = mid + 1 } else { high = mid }
+            }
+            return low
         }
-        return low
     }
 
     /// First index whose key is above `id` (the number of keys at or below it).
     static func upperBound(_ keys: [ExactID], _ id: ExactID) -> Int {
-        var low = 0
-        var high = keys.count
-        while low < high {
-            let mid = low + (high - low) / 2
-            if id < keys[mid] { high = mid } else { low = mid + 1 }
+        id.withComparator { compare in
+            var low = 0
+            var high = keys.count
+            while low < high {
+                let mid = low + (high - low) / 2
+                if compare(keys[mid]) > 0 { high = mid } else { low = mid + 1 }
+            }
+            return low
         }
-        return low
     }
 
     /// The tree's shape rules, for tests: nil when they hold, else what is wrong.
