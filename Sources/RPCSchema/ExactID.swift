@@ -84,6 +84,14 @@ public enum ExactUTF8 {
                 if u != v { return u < v ? -1 : 1 }
                 i += 8
             }
+            if i < common && common >= 8 {
+                // The last eight common bytes, overlapping ones already equal: the first that
+                // differs among them is the first that differs.
+                let u = UnsafeRawPointer(p + common - 8).loadUnaligned(as: UInt64.self).bigEndian
+                let v = UnsafeRawPointer(q + common - 8).loadUnaligned(as: UInt64.self).bigEndian
+                if u != v { return u < v ? -1 : 1 }
+                i = common
+            }
             while i < common {
                 if p[i] != q[i] { return p[i] < q[i] ? -1 : 1 }
                 i += 1
