@@ -84,12 +84,7 @@ enum FileIO {
 
     /// The whole file, or nil if it does not exist.
     static func readAll(_ path: String) throws(Errno) -> [UInt8]? {
-        let fd: Int32
-        do {
-            fd = try open(path, O_RDONLY)
-        } catch where error.code == ENOENT {
-            return nil
-        }
+        guard let fd = try openIfExists(path) else { return nil }
         defer { close(fd) }
         // Read into uninitialized room for the size fstat gives plus one byte, for the read that
         // finds the end. (Zeroing first, then growing the array by 64 KiB to find the end, wrote and
@@ -132,6 +127,27 @@ enum FileIO {
         try retrying("pread(\(path))") { pread(fd, buffer.baseAddress, buffer.count, off_t(offset)) }
     }
 
+    /// A descriptor for reading `path`, or nil if it does not exist.
+    private static func openIfExists(_ path: String) throws(Errno) -> Int32? {
+        do {
+            return try open(path, O_RDONLY)
+        } catch where error.code == ENOENT {
+            return nil
+        }
+    }
+
+    /// The whole file mapped read-only, or nil if it does not exist.
+    static func map(_ path: String) throws(Errno) -> MappedFile? {
+        guard let fd = try openIfExists(path) else { return nil }
+        defer { close(fd) }
+        let count = try size(fd, path: path)
+        guard count > 0 else { return MappedFile(base: nil, count: 0) }
+        guard let base = Glibc.mmap(nil, count, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0), base != MAP_FAILED else {
+            throw Errno(errno, call: "mmap(\(path))")
+        }
+        return MappedFile(base: base, count: count)
+    }
+
     /// Takes an exclusive advisory lock (released when the process exits) without waiting; false if another process holds it.
     static func tryLock(_ fd: Int32, path: String) throws(Errno) -> Bool {
         // A POSIX record lock on the whole file (`flock` the function is hidden by the struct's name).
@@ -154,6 +170,28 @@ enum FileIO {
     @inline(__always)
     private static func retrying<T: FixedWidthInteger>(_ call: @autoclosure () -> String, _ body: () -> T) throws(Errno) -> T {
         try Syscall.retrying(call(), body)
+    }
+}
+
+/// A file's bytes mapped read-only, all faulted in at once (MAP_POPULATE), unmapped when released:
+/// a restart replays a 100 MiB snapshot from the page cache instead of copying it into fresh heap
+/// pages first (a tenth of a restart, with the other core busy). Only for files nothing truncates
+/// while they are mapped: the data directory's lock keeps other daemons and tools out.
+final class MappedFile {
+    private let base: UnsafeMutableRawPointer?
+    let count: Int
+
+    fileprivate init(base: UnsafeMutableRawPointer?, count: Int) {
+        self.base = base
+        self.count = count
+    }
+
+    deinit {
+        if let base { _ = munmap(base, count) }
+    }
+
+    func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        try body(UnsafeRawBufferPointer(start: base, count: count))
     }
 }
 

@@ -58,7 +58,7 @@ struct Recovery {
         var replay = JournalReplay()
         var snapshotBytes = 0
         var outcomes: [(path: String, outcome: JournalReplay.FileOutcome)] = []
-        if let bytes = try read(files.snapshot) {
+        if let bytes = try read(files.snapshot, mode) {
             snapshotBytes = bytes.count
             switch bytes.withUnsafeBytes({ replay.replaySnapshot($0) }) {
             case .failure(let failure):
@@ -69,7 +69,7 @@ struct Recovery {
         }
         let unfinished = FileIO.exists(files.nextJournal)
         for path in files.journals {
-            guard let bytes = try read(path) else { continue }
+            guard let bytes = try read(path, mode) else { continue }
             switch bytes.withUnsafeBytes({ replay.replayJournal($0) }) {
             case .failure(let failure):
                 throw Failure(file: path, failure, advice: advice(failure.kind, files))
@@ -113,11 +113,33 @@ struct Recovery {
         return bytes
     }
 
-    private static func read(_ path: String) throws(Failure) -> [UInt8]? {
+    /// A start maps its files (it holds the directory's lock, so nothing truncates them meanwhile);
+    /// the tools, which may look at a running daemon's directory, copy them.
+    private static func read(_ path: String, _ mode: Mode) throws(Failure) -> FileBytes? {
         do {
-            return try FileIO.readAll(path)
+            if mode == .start { return try FileIO.map(path).map(FileBytes.mapped) }
+            return try FileIO.readAll(path).map(FileBytes.copied)
         } catch {
             throw Failure(description: "cannot read \(path): \(error)")
+        }
+    }
+
+    private enum FileBytes {
+        case mapped(MappedFile)
+        case copied([UInt8])
+
+        var count: Int {
+            switch self {
+            case .mapped(let file): file.count
+            case .copied(let bytes): bytes.count
+            }
+        }
+
+        func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
+            switch self {
+            case .mapped(let file): file.withUnsafeBytes(body)
+            case .copied(let bytes): bytes.withUnsafeBytes(body)
+            }
         }
     }
 

@@ -96,6 +96,15 @@ public struct Records<Record: Sendable>: Sendable {
         return removed
     }
 
+    /// Room for `count` more records (a replay that knows how many are coming): the shards do
+    /// not grow, rehashing every id, on the way. Each shard gets its share.
+    public mutating func reserveCapacity(adding count: Int) {
+        guard count > 0 else { return }
+        for shard in shards.indices {
+            shards[shard].reserveCapacity(shards[shard].count + count / Self.shardCount)
+        }
+    }
+
     /// Until `restoreOrder`, new ids are not put in order one by one but all at once, with one sort
     /// (journal replay: a tree insert per record was a third of a restart). Lists stay right
     /// meanwhile, only slower; a removal puts the waiting ids in order first.

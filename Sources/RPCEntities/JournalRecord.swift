@@ -22,13 +22,17 @@ public enum JournalRecord {
         RequestCodec.encode(id: request.id, method: request.method, param: request.param, form: .canonical, into: &out)
         out.removeLast(2)  // "}\n"
         if let key = request.key {
-            out.append(contentsOf: #","key":"#.utf8)
+            out.append(contentsOf: keyPrefix)
             JSONWriter.writeString(key, into: &out)
         }
-        out.append(contentsOf: #","seq":"#.utf8)
+        out.append(contentsOf: seqPrefix)
         appendDecimal(seq, into: &out)
         appendSeal(lineStart: start, into: &out)
     }
+
+    // Arrays, not `"…".utf8`: appending a string's UTF-8 view cost ~170 instructions (under the state lock).
+    private static let keyPrefix = Array(#","key":"#.utf8)
+    private static let seqPrefix = Array(#","seq":"#.utf8)
 
     /// Decodes one line (without its `\n`): the request, and its `seq` when present. A line whose
     /// checksum does not match fails.

@@ -132,6 +132,9 @@ public struct JournalReplay {
     public mutating func replaySnapshot(_ bytes: UnsafeRawBufferPointer) -> Result<FileOutcome, Failure> {
         state.deferOrder()
         defer { state.restoreOrder() }
+        let counts = JournalSnapshot.recordCounts(bytes)
+        state.users.reserveCapacity(adding: counts.users)
+        state.buildings.reserveCapacity(adding: counts.buildings)
         var header: (seq: UInt64, records: Int)?
         var outcome = FileOutcome()
         var seals = SealRule()

@@ -69,6 +69,24 @@ public enum JournalSnapshot {
         if !out.isEmpty { try body(out) }
     }
 
+    private static let userLinePrefix = Array(#"{"id":"s","method":"user.createUser","#.utf8)
+    private static let buildingLinePrefix = Array(#"{"id":"s","method":"building.addBuilding","#.utf8)
+
+    /// How many user and building lines a snapshot written by `encodeRecords` holds, by their
+    /// beginnings (no parse): what replay reserves room for. Lines of another form count as neither.
+    static func recordCounts(_ bytes: UnsafeRawBufferPointer) -> (users: Int, buildings: Int) {
+        var counts = (users: 0, buildings: 0)
+        _ = JournalReplay.forEachLine(bytes) { line, _, _ in
+            if line.starts(with: userLinePrefix) {
+                counts.users += 1
+            } else if line.starts(with: buildingLinePrefix) {
+                counts.buildings += 1
+            }
+            return nil
+        }
+        return counts
+    }
+
     private static let keyLinePrefix = Array(#"{"rpcdKey":"#.utf8)
 
     /// A snapshot line remembering an idempotency key (not a record: nc replay does not need it).

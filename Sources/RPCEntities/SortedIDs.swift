@@ -26,8 +26,8 @@ public struct SortedIDs: Sendable {
         var capacity: Int { isLeaf ? SortedIDs.leafCapacity : SortedIDs.innerCapacity }
     }
 
-    private(set) var root = Node()
-    public private(set) var count = 0
+    var root = Node()
+    public internal(set) var count = 0
 
     public init() {}
 
@@ -70,121 +70,30 @@ public struct SortedIDs: Sendable {
     /// Every id, in order.
     public var all: [ExactID] { ids(after: nil, limit: count) }
 
-    /// Adds `ids` (any order; repeats, and ids already here, count once). Many at once (journal
-    /// replay) cost one sort and a bottom-up rebuild instead of a tree walk per id; a few, relative
-    /// to the ids already here, are inserted one by one, in order.
-    public mutating func insert(contentsOf ids: [ExactID]) {
-        let sorted = Self.sortedUnique(ids)
-        guard sorted.count >= count / 8 else {
-            for id in sorted { insert(id) }
-            return
-        }
-        let merged = count == 0 ? sorted : Self.merge(all, sorted)
-        root = Self.build(merged)
-        count = merged.count
-    }
-
-    /// `ids` in byte order without repeats. Sorted by `orderPrefix` first: integer comparisons,
-    /// and whole-id comparisons only among ids sharing their first 16 bytes.
-    static func sortedUnique(_ ids: [ExactID]) -> [ExactID] {
-        struct Entry {
-            var high: UInt64
-            var low: UInt64
-            var index: Int
-        }
-        var entries = ids.indices.map { i in
-            let prefix = ids[i].orderPrefix
-            return Entry(high: prefix.0, low: prefix.1, index: i)
-        }
-        entries.sort { a, b in
-            if a.high != b.high { return a.high < b.high }
-            if a.low != b.low { return a.low < b.low }
-            return ids[a.index] < ids[b.index]
-        }
-        var out: [ExactID] = []
-        out.reserveCapacity(ids.count)
-        for (n, entry) in entries.enumerated() {
-            if n > 0, entries[n - 1].high == entry.high, entries[n - 1].low == entry.low, ids[entries[n - 1].index] == ids[entry.index] {
-                continue
-            }
-            out.append(ids[entry.index])
-        }
-        return out
-    }
-
-    /// Two ascending runs as one, an id in both once.
-    static func merge(_ a: [ExactID], _ b: [ExactID]) -> [ExactID] {
-        var out: [ExactID] = []
-        out.reserveCapacity(a.count + b.count)
-        var i = 0
-        var j = 0
-        while i < a.count && j < b.count {
-            if a[i] < b[j] {
-                out.append(a[i])
-                i += 1
-            } else if b[j] < a[i] {
-                out.append(b[j])
-                j += 1
-            } else {
-                out.append(a[i])
-                i += 1
-                j += 1
-            }
-        }
-        out.append(contentsOf: a[i...])
-        out.append(contentsOf: b[j...])
-        return out
-    }
-
-    /// The tree of ascending, distinct `ids`, built level by level: nodes are 3/4 full (as even as
-    /// possible, so none falls near the merge threshold), leaving room for inserts before splits.
-    static func build(_ ids: [ExactID]) -> Node {
-        guard ids.count > leafCapacity else { return Node(keys: ids) }
-        var nodes: [Node] = []
-        var lowest: [ExactID] = []  // the smallest id below each node: its separator one level up
-        for piece in pieces(ids.count, fill: leafCapacity * 3 / 4) {
-            nodes.append(Node(keys: Array(ids[piece])))
-            lowest.append(ids[piece.lowerBound])
-        }
-        while nodes.count > innerCapacity {
-            var parents: [Node] = []
-            var parentLowest: [ExactID] = []
-            for piece in pieces(nodes.count, fill: innerCapacity * 3 / 4) {
-                parents.append(Node(keys: Array(lowest[(piece.lowerBound + 1)..<piece.upperBound]), children: Array(nodes[piece])))
-                parentLowest.append(lowest[piece.lowerBound])
-            }
-            nodes = parents
-            lowest = parentLowest
-        }
-        return Node(keys: Array(lowest.dropFirst()), children: nodes)
-    }
-
-    /// `0..<count` cut into the fewest ranges of at most `fill`, their sizes differing by at most one.
-    private static func pieces(_ count: Int, fill: Int) -> [Range<Int>] {
-        let n = (count + fill - 1) / fill
-        return (0..<n).map { i in (i * count / n)..<((i + 1) * count / n) }
-    }
-
     /// First index whose key is at or above `id`.
     static func lowerBound(_ keys: [ExactID], _ id: ExactID) -> Int {
-        var low = 0
-        var high = keys.count
-        while low < high {
-            let mid = low + (high - low) / 2
-            if keys[mid] < id { low = mid + 1 } else { high = mid }
+        id.withComparator { compare in
+            var low = 0
+            var high = keys.count
+            while low < high {
+                let mid = low + (high - low) / 2
+                if compare(keys[mid]) < 0 { low = mid + 1 } else { high = mid }
+            }
+            return low
         }
-        return low
     }
 
     /// First index whose key is above `id` (the number of keys at or below it).
     static func upperBound(_ keys: [ExactID], _ id: ExactID) -> Int {
-        var low = 0
-        var high = keys.count
-        while low < high {
-            let mid = low + (high - low) / 2
-            if id < keys[mid] { high = mid } else { low = mid + 1 }
+        id.withComparator { compare in
+            var low = 0
+            var high = keys.count
+            while low < high {
+                let mid = low + (high - low) / 2
+                if compare(keys[mid]) > 0 { high = mid } else { low = mid + 1 }
+            }
+            return low
         }
-        return low
     }
 
     /// The tree's shape rules, for tests: nil when they hold, else what is wrong.

@@ -32,6 +32,16 @@ public struct ExactID: Hashable, Comparable, Sendable, CustomStringConvertible, 
         ExactUTF8.withBytes(string) { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
     }
 
+    /// Calls `body` with a comparator against this id's bytes, fetched once: <0, 0 or >0 as the
+    /// id passed to it sorts before, equal to or after this one (a binary search compares one id
+    /// with many).
+    @inlinable
+    public func withComparator<R>(_ body: ((ExactID) -> Int) -> R) -> R {
+        ExactUTF8.withBytes(string) { probe in
+            body { other in ExactUTF8.withBytes(other.string) { ExactUTF8.compare($0, probe) } }
+        }
+    }
+
     /// The first 16 UTF-8 bytes as two big-endian words, zero-padded. Byte order refines it: when
     /// `a < b`, `a`'s prefix is at or below `b`'s, so a sort can compare prefixes (two integer
     /// comparisons) and compare whole ids only when the prefixes are equal.
@@ -73,6 +83,14 @@ public enum ExactUTF8 {
                 let v = UnsafeRawPointer(q + i).loadUnaligned(as: UInt64.self).bigEndian
                 if u != v { return u < v ? -1 : 1 }
                 i += 8
+            }
+            if i < common && common >= 8 {
+                // The last eight common bytes, overlapping ones already equal: the first that
+                // differs among them is the first that differs.
+                let u = UnsafeRawPointer(p + common - 8).loadUnaligned(as: UInt64.self).bigEndian
+                let v = UnsafeRawPointer(q + common - 8).loadUnaligned(as: UInt64.self).bigEndian
+                if u != v { return u < v ? -1 : 1 }
+                i = common
             }
             while i < common {
                 if p[i] != q[i] { return p[i] < q[i] ? -1 : 1 }

@@ -223,7 +223,7 @@ struct _JSONParserState {
             return .object(JSONObject())
         }
         var object = JSONObject()
-        object.pairs.reserveCapacity(4)
+        object.pairs.reserveCapacity(8)  // a journal record has 5-6 keys, a request 3-4
         // For large objects, an index of key -> position keeps duplicate detection linear.
         var index: [ExactID: Int]? = nil
         while true {

@@ -92,11 +92,9 @@ public enum JSONWriter {
         var i = 0
         let n = buf.count
         while i < n {
+            i = plainEnd(buf, from: i)
+            guard i < n else { break }
             let b = buf[i]
-            if b >= 0x20 && b != 0x22 && b != 0x5C {
-                i += 1
-                continue
-            }
             if runStart < i {
                 out.append(contentsOf: UnsafeBufferPointer(rebasing: buf[runStart..<i]))
             }
@@ -125,5 +123,33 @@ public enum JSONWriter {
         } else if runStart < n {
             out.append(contentsOf: UnsafeBufferPointer(rebasing: buf[runStart..<n]))
         }
+    }
+
+    /// The index of the first byte at or after `from` that needs an escape (a quote, a backslash, a
+    /// control byte), or the count: eight bytes at a time (a mutation writes its journal line and
+    /// its reply under the state lock).
+    @inline(__always)
+    static func plainEnd(_ buf: UnsafeBufferPointer<UInt8>, from: Int) -> Int {
+        var i = from
+        let n = buf.count
+        if let base = buf.baseAddress {
+            let ones: UInt64 = 0x0101_0101_0101_0101
+            let highs: UInt64 = 0x8080_8080_8080_8080
+            while i + 8 <= n {
+                let word = UInt64(littleEndian: UnsafeRawPointer(base + i).loadUnaligned(as: UInt64.self))
+                // The "has zero / has less" tests flag a byte above a real hit, never one below it.
+                let quote = word ^ (ones &* 0x22)
+                let backslash = word ^ (ones &* 0x5C)
+                let flagged = (((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash) | ((word &- ones &* 0x20) & ~word)) & highs
+                if flagged != 0 { return i + flagged.trailingZeroBitCount / 8 }
+                i += 8
+            }
+        }
+        while i < n {
+            let b = buf[i]
+            if b < 0x20 || b == 0x22 || b == 0x5C { return i }
+            i += 1
+        }
+        return n
     }
 }

@@ -155,7 +155,7 @@ public enum RequestCodec {
     public static func encode(id: String, method: RPCMethod, param: JSONValue?, form: WireForm, into out: inout [UInt8]) {
         guard let param else {
             beginLine(id: id, method: method, form: form, into: &out)
-            out.append(contentsOf: "}\n".utf8)
+            JSONWriter.appendASCII("}\n", into: &out)
             return
         }
         encode(id: id, method: method, form: form, into: &out) { out in
@@ -174,11 +174,11 @@ public enum RequestCodec {
     ) -> RPCError? {
         let mark = out.count
         beginLine(id: id, method: method, form: form, into: &out)
-        out.append(contentsOf: #","param":"#.utf8)
+        JSONWriter.appendASCII(#","param":"#, into: &out)
         if form == .seed {
             out.append(UInt8(ascii: "{"))
             JSONWriter.writeString(method.entity, into: &out)
-            out.append(contentsOf: ":{".utf8)
+            JSONWriter.appendASCII(":{", into: &out)
             JSONWriter.writeString(method.name, into: &out)
             out.append(UInt8(ascii: ":"))
         }
@@ -187,16 +187,16 @@ public enum RequestCodec {
             encodeError(id: id, error, form: form, into: &out)
             return error
         }
-        if form == .seed { out.append(contentsOf: "}}".utf8) }
-        out.append(contentsOf: "}\n".utf8)
+        if form == .seed { JSONWriter.appendASCII("}}", into: &out) }
+        JSONWriter.appendASCII("}\n", into: &out)
         return nil
     }
 
     /// `{"id":"…","method":…` (no param, no closing brace).
     private static func beginLine(id: String, method: RPCMethod, form: WireForm, into out: inout [UInt8]) {
-        out.append(contentsOf: #"{"id":"#.utf8)
+        JSONWriter.appendASCII(#"{"id":"#, into: &out)
         JSONWriter.writeString(id, into: &out)
-        out.append(contentsOf: #","method":"#.utf8)
+        JSONWriter.appendASCII(#","method":"#, into: &out)
         switch form {
         case .canonical:
             out.append(UInt8(ascii: "\""))
@@ -207,9 +207,9 @@ public enum RequestCodec {
         case .seed:
             out.append(UInt8(ascii: "{"))
             JSONWriter.writeString(method.entity, into: &out)
-            out.append(contentsOf: #":{"_0":"#.utf8)
+            JSONWriter.appendASCII(#":{"_0":"#, into: &out)
             JSONWriter.writeString(method.name, into: &out)
-            out.append(contentsOf: "}}".utf8)
+            JSONWriter.appendASCII("}}", into: &out)
         }
     }
 
@@ -217,9 +217,9 @@ public enum RequestCodec {
         encode(id: request.id, method: request.method, param: request.param, form: request.form, into: &out)
         guard let key = request.key else { return }
         out.removeLast(2)  // "}\n"
-        out.append(contentsOf: #","key":"#.utf8)
+        JSONWriter.appendASCII(#","key":"#, into: &out)
         JSONWriter.writeString(key, into: &out)
-        out.append(contentsOf: "}\n".utf8)
+        JSONWriter.appendASCII("}\n", into: &out)
     }
 
     /// Appends an `error.error` counter-request.

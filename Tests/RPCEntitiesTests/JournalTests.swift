@@ -87,6 +87,8 @@ struct JournalTests {
         var copy = JournalReplay()
         let outcome = try bytes.withUnsafeBytes { copy.replaySnapshot($0) }.get()
         #expect(outcome.applied == 50 && copy.lastSeq == 52)
+        // What replay reserves room for: the lines of each kind, counted without a parse.
+        #expect(bytes.withUnsafeBytes { JournalSnapshot.recordCounts($0) } == (users: 49, buildings: 1))
         let left = source.state
         let right = copy.state
         #expect(left.users.page(after: nil, limit: nil).records == right.users.page(after: nil, limit: nil).records)

@@ -170,6 +170,9 @@ import RPCSchema
         #expect(decomposed < composed, "byte order: 0x65 (e) sorts before 0xC3 (é)")
         #expect(ExactID("\u{212A}") != ExactID("K") && ExactID("K") < ExactID("\u{212A}"))
         #expect(ExactID("ab") < ExactID("abc") && ExactID("abcdefgh1") < ExactID("abcdefgh2") && ExactID("") < ExactID("a"))
+        // Lengths 9 to 15: the last eight common bytes are compared as one word.
+        #expect(ExactID("abcdefghiXk") < ExactID("abcdefghiYa") && ExactID("abcdefghijklmnZ") > ExactID("abcdefghijklmnA"))
+        #expect(ExactID("abcdefghijkl") < ExactID("abcdefghijklm") && ExactID("0123456789") == ExactID("0123456789"))
         #expect(ExactID("abcdefghij") == ExactID("abcdefghij") && ExactUTF8.equal("x\u{E9}", "x\u{E9}"))
         #expect(!ExactUTF8.equal("caf\u{E9}", "cafe\u{301}"))
     }

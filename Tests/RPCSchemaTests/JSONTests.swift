@@ -266,6 +266,23 @@ private func pathStrings(_ path: [any CodingKey]) -> [String] { path.map(\.strin
         #expect(out == Array("\"plain\"\"\"".utf8))
     }
 
+    /// Strings are scanned eight bytes at a time: every byte that needs an escape is found at
+    /// every offset around a word boundary, and non-ASCII bytes beside it are left alone.
+    @Test func escapesAtEveryOffset() {
+        for before in 0..<20 {
+            let head = String(repeating: "a", count: before)
+            let tail = String(repeating: "é", count: (20 - before) / 2) + String(repeating: "z", count: before % 3)
+            for (raw, escaped) in [("\"", #"\""#), ("\\", #"\\"#), ("\n", #"\n"#), ("\u{0}", #"\u0000"#), ("\u{1F}", #"\u001f"#)] {
+                var out: [UInt8] = []
+                JSONWriter.writeString(head + raw + tail, into: &out)
+                #expect(String(decoding: out, as: UTF8.self) == "\"" + head + escaped + tail + "\"", "\(before) \(escaped)")
+            }
+            var plain: [UInt8] = []
+            JSONWriter.writeString(head + "\u{7F} ~" + tail, into: &plain)
+            #expect(String(decoding: plain, as: UTF8.self) == "\"" + head + "\u{7F} ~" + tail + "\"")
+        }
+    }
+
     @Test func roundTripsCanonicalText() throws {
         let texts = [
             #"{"id":"1","method":"m","param":{"a":[1,2.5,-3e10,{"b":null}],"c":"\"\\\n\u0000é"}}"#,
