@@ -199,7 +199,8 @@ struct ChangeFeedTests {
                 }
                 subscribed.signal()
                 // Every line from here on is a change; the feed goes quiet once it sent them all.
-                let drained = reading.drainUntilClosed(silenceTimeout: 3)
+                // Until it has every change: a writer slowed by a busy disk may pause for seconds.
+                let drained = reading.drainUntilClosed(silenceTimeout: 60, stopAfterLines: total)
                 received.withLock { $0 = drained.lines }
             }.start()
             #expect(subscribed.wait(timeout: .now() + 10) == .success)

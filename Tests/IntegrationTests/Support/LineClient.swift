@@ -176,7 +176,7 @@ final class LineClient {
 
     /// Reads and discards everything until the peer closes; returns the number of complete lines
     /// and bytes seen and how it ended (EOF, reset, or `timeout` of silence).
-    func drainUntilClosed(silenceTimeout: Double) -> (lines: Int, bytes: Int, end: StreamEnd) {
+    func drainUntilClosed(silenceTimeout: Double, stopAfterLines: Int = .max) -> (lines: Int, bytes: Int, end: StreamEnd) {
         setReceiveTimeout(silenceTimeout)
         var lines = 0
         var bytes = buffer.count - start
@@ -190,6 +190,7 @@ final class LineClient {
             if n > 0 {
                 bytes += n
                 lines += chunk[0..<n].reduce(0) { $1 == 10 ? $0 + 1 : $0 }
+                if lines >= stopAfterLines { return (lines, bytes, .timeout) }
                 continue
             }
             if n == 0 { return (lines, bytes, .eof) }
