@@ -261,7 +261,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             let slot = connection.reserve()
             start { line in connection.queue.async { connection.fill(slot, with: line) } }
         }
-        if let start = box.session.feed, !start.started { startFeed(start, on: connection, box: box) }
+        if let start = box.session.feed, box.subscriber == nil, feed != nil { startFeed(start, on: connection, box: box) }
         if box.session.closeAfterReply {
             connection.closeAfterFlush(.closedByServer("closed after \(box.session.authFailures) failed system.auth calls"))
         }
@@ -302,7 +302,6 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
 
     /// Starts the change feed on a connection that subscribed (after its `subscribeResult`).
     private func startFeed(_ start: Session.FeedStart, on connection: Connection, box: SessionBox) {
-        box.session.feed?.started = true
         guard let feed else { return }
         let subscriber = Subscriber(
             connection: connection, peer: box.session.peer, form: box.session.form ?? .canonical, after: start.after,

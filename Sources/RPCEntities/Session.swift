@@ -26,8 +26,6 @@ public struct Session: Sendable {
         public var after: UInt64
         /// Send the snapshot first (`after` is older than the journal).
         public var snapshotFirst: Bool
-        /// The server started it (a second subscribe on the connection is refused).
-        public var started = false
     }
 
     public init(role: RPCRole? = .admin, peer: String = "") {

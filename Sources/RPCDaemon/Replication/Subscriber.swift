@@ -123,7 +123,7 @@ final class Subscriber: @unchecked Sendable {
                 case .lines(let bytes, let last):
                     if !bytes.isEmpty { send(bytes[...], last: last) }
                 case .snapshotLines(let bytes, let end):
-                    connection.send { Self.reencode(bytes[...], as: form, into: &$0, keepIDs: true) }
+                    connection.send { Self.reencode(bytes[...], as: form, into: &$0) }
                     if let end {
                         phase = .tail
                         nextSeq = end &+ 1
@@ -191,7 +191,7 @@ final class Subscriber: @unchecked Sendable {
 
     /// Journal lines in another wire form: each decoded and written again, with its `seq` (and
     /// without the seal, which covers the canonical bytes). Canonical stays as it is.
-    static func reencode(_ lines: ArraySlice<UInt8>, as form: WireForm, into out: inout [UInt8], keepIDs: Bool = false) {
+    static func reencode(_ lines: ArraySlice<UInt8>, as form: WireForm, into out: inout [UInt8]) {
         guard form == .seed else { return out.append(contentsOf: lines) }
         var start = lines.startIndex
         while start < lines.endIndex, let newline = lines[start...].firstIndex(of: UInt8(ascii: "\n")) {
