@@ -60,7 +60,7 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
     private var connectDeadline: DispatchTime?
     /// Takes the requests the daemon sends, in order, on the queue (a change feed); `.pause` stops
     /// reading until `resumeFeed()`.
-    private var feed: (@Sendable (Request) -> FeedFlow)?
+    private var feed: (@Sendable (Request, UnsafeRawBufferPointer) -> FeedFlow)?
     /// Told why, each time a connection is lost.
     private var onLost: (@Sendable (String) -> Void)?
 
@@ -343,7 +343,7 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
     // MARK: - Feeds
 
     /// Sets the feed handler and the loss handler (see `RPCClient.onFeed`). Call from anywhere.
-    func setFeed(_ handler: (@Sendable (Request) -> FeedFlow)?, onLost: (@Sendable (String) -> Void)?) {
+    func setFeed(_ handler: (@Sendable (Request, UnsafeRawBufferPointer) -> FeedFlow)?, onLost: (@Sendable (String) -> Void)?) {
         queue.async { [self] in
             feed = handler
             self.onLost = onLost
@@ -417,7 +417,7 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
             guard let feed else { return handlers.deliver(request) }
             // Not while a call waits for its reply (it may be what the feed's consumer awaits);
             // the next line says `.pause` again.
-            if feed(request) == .pause && pending.isEmpty { connection.pauseReading() }
+            if feed(request, line) == .pause && pending.isEmpty { connection.pauseReading() }
         case .invalid:
             break  // not a request; never answered
         }

@@ -135,7 +135,7 @@ final class FeedSubscription: @unchecked Sendable {
     private func subscribe() async throws -> String {
         let buffer = self.buffer
         let address = client.address
-        client.onFeed({ buffer.offer($0) }) { why in
+        client.onFeed({ request, _ in buffer.offer(request) }) { why in
             buffer.fail(.connectionClosed(address: address, method: nil, id: nil, reason: "the change feed's connection was lost: \(why)"))
         }
         do {

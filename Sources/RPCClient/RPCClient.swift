@@ -180,9 +180,12 @@ public final class RPCClient: Sendable {
     /// no more after the lines already read (at most one read's worth more reach the handler)
     /// until `resumeFeed()`: the daemon's sends wait in TCP. (`.pause` is ignored while a call on
     /// this client waits for its reply, which may be behind the feed's lines; the handler says
-    /// `.pause` again on its next line.) `onLost` is told why whenever the
-    /// connection is lost. The handler must not wait for calls on this client.
-    package func onFeed(_ handler: @escaping @Sendable (Request) -> FeedFlow, onLost: @escaping @Sendable (String) -> Void) {
+    /// `.pause` again on its next line.) The handler also gets the line as read (without its
+    /// `\n`; valid only during the call). `onLost` is told why whenever the connection is lost.
+    /// The handler must not wait for calls on this client.
+    package func onFeed(
+        _ handler: @escaping @Sendable (Request, UnsafeRawBufferPointer) -> FeedFlow, onLost: @escaping @Sendable (String) -> Void
+    ) {
         core.setFeed(handler, onLost: onLost)
     }
 

@@ -67,26 +67,21 @@ struct GroupCommit {
         return nil
     }
 
-    /// Appends `request` as the next record, with the id `"r<seq>"` (a change feed sends the line
+    /// Appends `body` as the next record, with the id `"r<seq>"` (a change feed sends the line
     /// as it is). Returns its sequence number (the ticket) and whether the caller must start the
     /// writer. Only after `refusal()` said nil (it refuses at UInt64.max).
-    mutating func append(_ request: Request) -> (seq: UInt64, startWriter: Bool) {
+    mutating func append(_ body: JournalRecord.Body) -> (seq: UInt64, startWriter: Bool) {
         lastSeq += 1
-        var record = request
-        record.id = Self.feedID(lastSeq)
-        JournalRecord.encode(record, seq: lastSeq, into: &pending)
+        JournalRecord.encode(body, seq: lastSeq, into: &pending)
         return (lastSeq, startWriterIfIdle())
     }
 
     /// Appends a leader's record under the leader's sequence number (a follower's journal stays
     /// byte-compatible with its leader's). `seq` must be `lastSeq + 1` (the follower checks).
-    mutating func append(_ request: Request, at seq: UInt64) -> (seq: UInt64, startWriter: Bool) {
+    mutating func append(_ body: JournalRecord.Body, at seq: UInt64) -> (seq: UInt64, startWriter: Bool) {
         precondition(seq == lastSeq &+ 1, "replicated record \(seq) does not follow \(lastSeq)")
-        return append(request)
+        return append(body)
     }
-
-    /// The id a journal line (and so a change feed's request) carries: `"r42"`.
-    static func feedID(_ seq: UInt64) -> String { "r\(seq)" }
 
     /// Starts over after the state was replaced by a leader's snapshot at `seq`: nothing pending,
     /// and the next record is `seq + 1`. Only while nothing is pending or being written.

@@ -79,14 +79,14 @@ final class Journal: MutationLog, @unchecked Sendable {
 
     func refusal() -> String? { lock.withLock { commit.refusal() } }
 
-    func record(_ request: Request) -> UInt64? {
-        let (seq, start) = lock.withLock { commit.append(request) }
+    func record(_ body: JournalRecord.Body) -> UInt64? {
+        let (seq, start) = lock.withLock { commit.append(body) }
         if start { queue.async { self.drain() } }
         return seq
     }
 
-    func record(_ request: Request, at seq: UInt64) -> UInt64? {
-        let (seq, start) = lock.withLock { commit.append(request, at: seq) }
+    func record(_ body: JournalRecord.Body, at seq: UInt64) -> UInt64? {
+        let (seq, start) = lock.withLock { commit.append(body, at: seq) }
         if start { queue.async { self.drain() } }
         return seq
     }

@@ -7,18 +7,19 @@ import RPCSchema
 public protocol MutationLog: AnyObject, Sendable {
     /// Refuses mutations (with the returned reason) while the log cannot take them, e.g. after a failed write.
     func refusal() -> String?
-    /// Records one applied mutation; returns the ticket its reply must wait for (nil: durable now).
-    func record(_ request: Request) -> UInt64?
+    /// Records one applied mutation (its record's bytes, encoded before the lock was taken);
+    /// returns the ticket its reply must wait for (nil: durable now).
+    func record(_ body: JournalRecord.Body) -> UInt64?
     /// Records a leader's mutation under the leader's sequence number `seq` (on a follower, whose
     /// journal stays byte-compatible with its leader's); returns the ticket, as `record` does.
-    func record(_ request: Request, at seq: UInt64) -> UInt64?
+    func record(_ body: JournalRecord.Body, at seq: UInt64) -> UInt64?
     /// Calls `done` once `ticket` is durable (`nil`) or can never be (the reason). Any thread.
     func whenDurable(_ ticket: UInt64, _ done: @escaping @Sendable (_ failure: String?) -> Void)
 }
 
 extension MutationLog {
     /// A log that numbers records itself ignores the leader's number.
-    public func record(_ request: Request, at seq: UInt64) -> UInt64? { record(request) }
+    public func record(_ body: JournalRecord.Body, at seq: UInt64) -> UInt64? { record(body) }
 }
 
 /// Turns request lines into counter-request lines: decode the envelope, find the method, run it
@@ -130,8 +131,9 @@ public final class Dispatcher: @unchecked Sendable {
             return serveKeyed(request, key: ExactID(key), prepared: prepared, result: entry.result, form: form, into: &out)
         }
         var ticket: UInt64?
+        let body = entry.isMutation && log != nil ? JournalRecord.Body(request) : nil
         let error = RequestCodec.encode(id: request.id, method: entry.result, form: form, into: &out) { out in
-            let (error, applied) = run(prepared, request: request, isMutation: entry.isMutation, into: &out)
+            let (error, applied) = run(prepared, body: body, isMutation: entry.isMutation, into: &out)
             ticket = applied
             return error
         }
@@ -147,6 +149,8 @@ public final class Dispatcher: @unchecked Sendable {
         into out: inout [UInt8]
     ) -> Served {
         let digest = IdempotencyKeys.digest(method: request.method, param: request.param)
+        let stored = IdempotencyKeys.Key(key)
+        let body = log.map { _ in JournalRecord.Body(request) }
         let now = DispatchTime.now().uptimeNanoseconds
         var ticket: UInt64?
         var replayed: IdempotencyKeys.Outcome?
@@ -154,7 +158,7 @@ public final class Dispatcher: @unchecked Sendable {
             lock.lock()
             defer { lock.unlock() }
             if let readOnlyMessage { return .readOnly(readOnlyMessage) }
-            if let prior = state.keys.lookup(key, now: now) {
+            if let prior = state.keys.lookup(stored, now: now) {
                 guard prior.digest == digest else {
                     return .keyReused("key \"\(key.string.prefix(128))\" was first used with another method or param; use a new key for a new mutation")
                 }
@@ -166,13 +170,13 @@ public final class Dispatcher: @unchecked Sendable {
             if let log, let reason = log.refusal() { return .internal("mutations are refused: \(reason)") }
             let start = out.count
             if let error = prepared(&state, &out) {
-                state.keys.remember(key, .failure(error, digest: digest), now: now)
+                state.keys.remember(stored, .failure(error, digest: digest), now: now)
                 return error
             }
-            let seq = log?.record(request.canonical)
+            let seq = body.flatMap { log?.record($0) }
             ticket = seq
             state.keys.remember(
-                key, .init(digest: digest, reply: Array(out[start...]), seq: seq ?? 0), now: now)
+                stored, .init(digest: digest, reply: Array(out[start...]), seq: seq ?? 0), now: now)
             return nil
         }
         if let prior = replayed, !prior.failed, prior.seq > 0 { ticket = prior.seq }
@@ -232,9 +236,9 @@ public final class Dispatcher: @unchecked Sendable {
     }
 
     /// Runs the call under the state lock, writing its reply param; a successful mutation is logged
-    /// (under the same lock, so the log's order is the apply order).
+    /// as `body` (under the same lock, so the log's order is the apply order).
     private func run(
-        _ prepared: MethodTable<Entities>.Prepared, request: Request, isMutation: Bool, into out: inout [UInt8]
+        _ prepared: MethodTable<Entities>.Prepared, body: JournalRecord.Body?, isMutation: Bool, into out: inout [UInt8]
     ) -> (RPCError?, UInt64?) {
         lock.lock()
         defer { lock.unlock() }
@@ -243,8 +247,8 @@ public final class Dispatcher: @unchecked Sendable {
             return (.internal("mutations are refused: \(reason)"), nil)
         }
         if let error = prepared(&state, &out) { return (error, nil) }
-        guard isMutation, let log else { return (nil, nil) }
-        return (nil, log.record(request.canonical))
+        guard isMutation, let log, let body else { return (nil, nil) }
+        return (nil, log.record(body))
     }
 
     /// Makes mutations from clients fail with `readOnly` and `message` (a follower), or serves
@@ -267,8 +271,11 @@ public final class Dispatcher: @unchecked Sendable {
     /// Applies a mutation a leader sent with its sequence number `seq` (a follower), through the
     /// same method table as replay, and logs it under `seq`; the reply param goes in `out`. A keyed
     /// mutation's outcome is remembered, as when serving it, so a retry after a failover finds it.
-    /// The caller checks that `seq` follows the last one applied.
-    public func applyReplicated(_ request: Request, seq: UInt64, into out: inout [UInt8]) -> Replicated {
+    /// The caller checks that `seq` follows the last one applied. `body` is the record's bytes as
+    /// the leader journaled them (nil: encoded from `request`).
+    public func applyReplicated(
+        _ request: Request, body: JournalRecord.Body? = nil, seq: UInt64, into out: inout [UInt8]
+    ) -> Replicated {
         guard let entry = table.entry(for: request.method), entry.isMutation, entry.service == nil else {
             return .failed(.methodNotFound("\(request.method) is not a mutation this daemon knows; upgrade this follower to the leader's version"))
         }
@@ -277,17 +284,18 @@ public final class Dispatcher: @unchecked Sendable {
         case .success(let call): prepared = call
         case .failure(let error): return .failed(error)
         }
+        let keyed = request.key.map { (IdempotencyKeys.Key($0), IdempotencyKeys.digest(method: request.method, param: request.param)) }
+        let body = log.map { _ in body ?? JournalRecord.Body(request) }
         let now = DispatchTime.now().uptimeNanoseconds
         lock.lock()
         defer { lock.unlock() }
         if let log, let reason = log.refusal() { return .refused(reason) }
         let start = out.count
         if let error = prepared(&state, &out) { return .failed(error) }
-        if let key = request.key {
-            let digest = IdempotencyKeys.digest(method: request.method, param: request.param)
-            state.keys.remember(ExactID(key), .init(digest: digest, reply: Array(out[start...]), seq: seq), now: now)
+        if let (key, digest) = keyed {
+            state.keys.remember(key, .init(digest: digest, reply: Array(out[start...]), seq: seq), now: now)
         }
-        return .applied(ticket: log?.record(request.canonical, at: seq))
+        return .applied(ticket: body.flatMap { log?.record($0, at: seq) })
     }
 
     /// Runs `body` with the state lock held (snapshots, stats).
@@ -295,14 +303,5 @@ public final class Dispatcher: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         return try body(&state)
-    }
-}
-
-extension Request {
-    /// The same request in canonical form (what the journal stores).
-    public var canonical: Request {
-        var copy = self
-        copy.form = .canonical
-        return copy
     }
 }

@@ -47,12 +47,29 @@ public struct IdempotencyKeys: Sendable {
         }
     }
 
+    /// A key with its hash computed once, before the state lock is taken: the shard, the lookup
+    /// and the insert then hash one word instead of the key's bytes three times.
+    public struct Key: Hashable, Sendable {
+        public let id: ExactID
+        let hash: Int
+
+        public init(_ id: ExactID) {
+            self.id = id
+            hash = id.hashValue
+        }
+
+        public init(_ string: String) { self.init(ExactID(string)) }
+
+        public static func == (a: Key, b: Key) -> Bool { a.hash == b.hash && a.id == b.id }
+        public func hash(into hasher: inout Hasher) { hasher.combine(hash) }
+    }
+
     private static var shardCount: Int { 64 }
     private static var chunkSize: Int { 4096 }
-    private var shards = [[ExactID: Outcome]](repeating: [:], count: IdempotencyKeys.shardCount)
+    private var shards = [[Key: Outcome]](repeating: [:], count: IdempotencyKeys.shardCount)
     /// Keys in the order they were remembered, with when, in chunks; `head` is the oldest's index in
     /// the first. The time is here too, so checking the oldest's age costs no hash lookup.
-    private var order: [[(key: ExactID, at: UInt64)]] = []
+    private var order: [[(key: Key, at: UInt64)]] = []
     private var head = 0
     public private(set) var count = 0
     /// Retries answered from the table, and keys forgotten by age or count.
@@ -75,10 +92,10 @@ public struct IdempotencyKeys: Sendable {
     }
 
     @inline(__always)
-    private static func shard(_ key: ExactID) -> Int { key.hashValue & (shardCount - 1) }
+    private static func shard(_ key: Key) -> Int { key.hash & (shardCount - 1) }
 
     /// The outcome remembered for `key`, counting a hit.
-    public mutating func lookup(_ key: ExactID, now: UInt64) -> Outcome? {
+    public mutating func lookup(_ key: Key, now: UInt64) -> Outcome? {
         evictExpired(now: now)
         guard let outcome = shards[Self.shard(key)][key] else { return nil }
         hits += 1
@@ -86,7 +103,7 @@ public struct IdempotencyKeys: Sendable {
     }
 
     /// Remembers `outcome` for `key` (a new key: callers look up first).
-    public mutating func remember(_ key: ExactID, _ outcome: Outcome, now: UInt64) {
+    public mutating func remember(_ key: Key, _ outcome: Outcome, now: UInt64) {
         guard limit > 0 else { return }
         var outcome = outcome
         outcome.at = now
@@ -100,6 +117,9 @@ public struct IdempotencyKeys: Sendable {
         }
         while count > limit { evictOldest() }
     }
+
+    public mutating func lookup(_ key: ExactID, now: UInt64) -> Outcome? { lookup(Key(key), now: now) }
+    public mutating func remember(_ key: ExactID, _ outcome: Outcome, now: UInt64) { remember(Key(key), outcome, now: now) }
 
     /// Sets the bounds (from the config) and forgets what is past them now.
     public mutating func setBounds(limit: Int, windowSeconds: Double, now: UInt64) {
@@ -116,8 +136,8 @@ public struct IdempotencyKeys: Sendable {
         }
     }
 
-    private var oldestEntry: (key: ExactID, at: UInt64)? { order.first.flatMap { head < $0.count ? $0[head] : nil } }
-    private var oldestKey: ExactID? { oldestEntry?.key }
+    private var oldestEntry: (key: Key, at: UInt64)? { order.first.flatMap { head < $0.count ? $0[head] : nil } }
+    private var oldestKey: Key? { oldestEntry?.key }
 
     private mutating func evictOldest() {
         guard let oldest = oldestKey else { return }
@@ -136,7 +156,7 @@ public struct IdempotencyKeys: Sendable {
     public func forEachApplied(_ body: (ExactID, Outcome) -> Void) {
         for (index, chunk) in order.enumerated() {
             for (key, _) in chunk[(index == 0 ? head : 0)...] {
-                if let outcome = shards[Self.shard(key)][key], !outcome.failed { body(key, outcome) }
+                if let outcome = shards[Self.shard(key)][key], !outcome.failed { body(key.id, outcome) }
             }
         }
     }

@@ -30,6 +30,62 @@ public enum JournalRecord {
         appendSeal(lineStart: start, into: &out)
     }
 
+    /// The bytes of a record that do not depend on its sequence number: everything from
+    /// `,"method":` through `,"seq":`. Encoded before the state lock is taken, so the lock covers
+    /// only writing the number twice, a copy and the checksum (about 60 ns a line).
+    public struct Body: Sendable {
+        let bytes: [UInt8]
+
+        public init(_ request: Request) {
+            var out: [UInt8] = []
+            out.reserveCapacity(160)
+            RequestCodec.encode(id: "", method: request.method, param: request.param, form: .canonical, into: &out)
+            out.removeLast(2)  // "}\n"
+            out.removeFirst(emptyIDPrefix.count)
+            if let key = request.key {
+                out.append(contentsOf: keyPrefix)
+                JSONWriter.writeString(key, into: &out)
+            }
+            out.append(contentsOf: seqPrefix)
+            bytes = out
+        }
+
+        /// The body of a sealed journal line (without its `\n`) of record `seq`, as a leader's
+        /// change feed sends it: `{"id":"r<seq>"` + body + `<seq>,"crc":"…"}` with a checksum that
+        /// matches. A follower journals it as it is instead of encoding the request again; nil
+        /// when the line is not exactly that shape (the caller encodes the request instead).
+        public init?(line: UnsafeRawBufferPointer, seq: UInt64) {
+            guard JournalRecord.checksum(of: line) == .valid else { return nil }
+            var digits: [UInt8] = []
+            appendDecimal(seq, into: &digits)
+            let head = feedIDPrefix.count + digits.count + 1
+            let tail = digits.count + sealLength
+            guard line.count > head + tail + seqPrefix.count,
+                line.starts(with: feedIDPrefix),
+                line[feedIDPrefix.count..<(head - 1)].elementsEqual(digits),
+                line[head - 1] == UInt8(ascii: "\""),
+                line[(line.count - tail)..<(line.count - sealLength)].elementsEqual(digits),
+                line[(line.count - tail - seqPrefix.count)..<(line.count - tail)].elementsEqual(seqPrefix)
+            else { return nil }
+            bytes = Array(line[head..<(line.count - tail)])
+        }
+    }
+
+    /// Appends the sealed line (with its `\n`) of `body` as mutation number `seq`, with the id
+    /// `"r<seq>"` (a change feed sends the line as it is). The checksum is computed here, once,
+    /// over the bytes just written.
+    public static func encode(_ body: Body, seq: UInt64, into out: inout [UInt8]) {
+        let start = out.count
+        out.append(contentsOf: feedIDPrefix)
+        appendDecimal(seq, into: &out)
+        out.append(UInt8(ascii: "\""))
+        out.append(contentsOf: body.bytes)
+        appendDecimal(seq, into: &out)
+        appendSeal(lineStart: start, into: &out)
+    }
+
+    private static let emptyIDPrefix = Array(#"{"id":"""#.utf8)
+    private static let feedIDPrefix = Array(#"{"id":"r"#.utf8)
     // Arrays, not `"…".utf8`: appending a string's UTF-8 view cost ~170 instructions (under the state lock).
     private static let keyPrefix = Array(#","key":"#.utf8)
     private static let seqPrefix = Array(#","seq":"#.utf8)

@@ -37,6 +37,32 @@ struct JournalTests {
         #expect(plain == request)
     }
 
+    @Test("a record's body, encoded before its number is known, gives the line of the request with the id r<seq>; a feed line gives its body back")
+    func bodyOfARecord() {
+        let request = Request(id: "anything", method: CreateUser.method, param: ["id": "u1", "name": "Ada", "email": "a@x"], key: "k-1")
+        var direct: [UInt8] = []
+        JournalRecord.encode(Request(id: "r42", method: request.method, param: request.param, key: "k-1"), seq: 42, into: &direct)
+        var viaBody: [UInt8] = []
+        JournalRecord.encode(JournalRecord.Body(request), seq: 42, into: &viaBody)
+        #expect(viaBody == direct)
+        let line = Array(direct.dropLast())
+        line.withUnsafeBytes { bytes in
+            #expect(JournalRecord.Body(line: bytes, seq: 42)?.bytes == JournalRecord.Body(request).bytes)
+            #expect(JournalRecord.Body(line: bytes, seq: 4) == nil, "another record's number")
+            #expect(JournalRecord.Body(line: bytes, seq: 420) == nil, "another record's number")
+        }
+        for index in line.indices {
+            var damaged = line
+            damaged[index] ^= 0x01
+            damaged.withUnsafeBytes { bytes in
+                #expect(JournalRecord.Body(line: bytes, seq: 42) == nil, "byte \(index) flipped")
+            }
+        }
+        var unsealed: [UInt8] = []
+        RequestCodec.encode(Request(id: "r42", method: request.method, param: request.param), into: &unsealed)
+        unsealed.dropLast().withUnsafeBytes { #expect(JournalRecord.Body(line: $0, seq: 42) == nil, "not a journal line") }
+    }
+
     @Test("replay applies in order, reports the torn tail, skips what the snapshot covers")
     func replayJournal() throws {
         var state = JournalReplay()

@@ -30,7 +30,8 @@ final class Follower: @unchecked Sendable {
 
     private let lock = NSLock()
     // Guarded.
-    private var inbox: [Request] = []
+    /// Records from the leader, with their journal bytes when the line was a sealed record.
+    private var inbox: [(request: Request, body: JournalRecord.Body?)] = []
     /// Requests before `inboxHead` are handled.
     private var inboxHead = 0
     private var draining = false
@@ -112,7 +113,7 @@ final class Follower: @unchecked Sendable {
             do {
                 let client = try await RPCClient.connect(to: leader, options: options)
                 let (lost, signal) = AsyncStream<String>.makeStream()
-                client.onFeed({ [self] request in receive(request) }, onLost: { why in signal.yield(why) })
+                client.onFeed({ [self] request, line in receive(request, line: line) }, onLost: { why in signal.yield(why) })
                 let from = lock.withLock {
                     self.client = client
                     lostSignal = signal
@@ -150,12 +151,13 @@ final class Follower: @unchecked Sendable {
         }
     }
 
-    /// On the client's queue: a request from the leader joins the inbox; reading pauses while the
-    /// inbox is full.
-    private func receive(_ request: Request) -> FeedFlow {
+    /// On the client's queue: a request from the leader joins the inbox (a record with its
+    /// journal bytes, taken from the line as sent); reading pauses while the inbox is full.
+    private func receive(_ request: Request, line: UnsafeRawBufferPointer) -> FeedFlow {
+        let body = Self.sequence(of: request).flatMap { JournalRecord.Body(line: line, seq: $0) }
         let (flow, schedule): (FeedFlow, Bool) = lock.withLock {
             guard stopped == nil else { return (.pause, false) }
-            inbox.append(request)
+            inbox.append((request, body))
             let full = inbox.count - inboxHead >= Self.maxInbox
             if full { readingPaused = true }
             defer { draining = true }
@@ -170,7 +172,7 @@ final class Follower: @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         while !blocked {
             // Everything waiting, in one go: one lock per pass, not per record.
-            let (batch, resume): ([Request], RPCClient?) = lock.withLock {
+            let (batch, resume): ([(request: Request, body: JournalRecord.Body?)], RPCClient?) = lock.withLock {
                 guard stopped == nil, inboxHead < inbox.count else {
                     inbox.removeAll(keepingCapacity: true)
                     inboxHead = 0
@@ -186,8 +188,8 @@ final class Follower: @unchecked Sendable {
             }
             guard !batch.isEmpty else { return }
             var done = 0
-            for request in batch {
-                guard handle(request) else { break }  // blocked: it stays first in the inbox
+            for (request, body) in batch {
+                guard handle(request, body: body) else { break }  // blocked: it stays first in the inbox
                 done += 1
             }
             flushAcknowledgements()
@@ -213,7 +215,7 @@ final class Follower: @unchecked Sendable {
     }
 
     /// Handles one request from the leader; false when it must wait (it is handled again later).
-    private func handle(_ request: Request) -> Bool {
+    private func handle(_ request: Request, body: JournalRecord.Body?) -> Bool {
         switch request.method {
         case SnapshotBegin.method:
             guard let begin = decode(SnapshotBegin.self, request) else { return true }
@@ -241,8 +243,14 @@ final class Follower: @unchecked Sendable {
             }
             return true
         }
-        guard request.id.utf8.first == UInt8(ascii: "r"), let seq = UInt64(request.id.dropFirst()) else { return true }
-        return apply(request, seq: seq)
+        guard let seq = Self.sequence(of: request) else { return true }
+        return apply(request, body: body, seq: seq)
+    }
+
+    /// The sequence number of a record from the feed (its id is `"r<seq>"`).
+    private static func sequence(of request: Request) -> UInt64? {
+        guard request.id.utf8.first == UInt8(ascii: "r") else { return nil }
+        return UInt64(request.id.dropFirst())
     }
 
     private func decode<T: Decodable>(_ type: T.Type, _ request: Request) -> T? {
@@ -285,14 +293,14 @@ final class Follower: @unchecked Sendable {
     }
 
     /// Applies mutation `seq`; false when the journal is behind (tried again shortly).
-    private func apply(_ request: Request, seq: UInt64) -> Bool {
+    private func apply(_ request: Request, body: JournalRecord.Body?, seq: UInt64) -> Bool {
         let last = appliedHere
         guard seq > last else { return true }  // sent before (a reconnect): applied already
         guard seq == last + 1 else {
             stop("record \(seq) arrived after \(last): \(seq == last + 2 ? "record \(last + 1) is" : "records \(last + 1)...\(seq - 1) are") missing (a gap)")
             return true
         }
-        switch dispatcher.applyReplicated(request, seq: seq, into: &scratch) {
+        switch dispatcher.applyReplicated(request, body: body, seq: seq, into: &scratch) {
         case .refused:
             scratch.removeAll(keepingCapacity: true)
             blocked = true

@@ -107,7 +107,7 @@ import RPCSchema
     }
 
     /// The logged mutations as journal lines, replayed into an empty state, give the dispatcher's state.
-    static func checkJournal(_ requests: [Request], _ dispatcher: Dispatcher) {
+    static func checkJournal(_ requests: [JournalRecord.Body], _ dispatcher: Dispatcher) {
         var journal: [UInt8] = []
         for (index, request) in requests.enumerated() {
             JournalRecord.encode(request, seq: UInt64(index + 1), into: &journal)
@@ -135,12 +135,12 @@ import RPCSchema
 /// A journal stand-in: keeps each applied mutation; every one is durable at once.
 final class RecordingLog: MutationLog, @unchecked Sendable {
     // @unchecked: used from the fuzzer's one thread only.
-    private(set) var requests: [Request] = []
+    private(set) var requests: [JournalRecord.Body] = []
 
     func refusal() -> String? { nil }
 
-    func record(_ request: Request) -> UInt64? {
-        requests.append(request)
+    func record(_ body: JournalRecord.Body) -> UInt64? {
+        requests.append(body)
         return UInt64(requests.count)
     }
 
