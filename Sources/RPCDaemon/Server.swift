@@ -42,6 +42,8 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     let journalStats: (@Sendable () -> JournalStats)?
     /// Per-loop connections and counters, by loop identity (immutable after init).
     private let loopStates: [LoopState]
+    /// Per-loop requests of the current turn, answered at its end (by loop index).
+    private let turns: [TurnBatch]
 
     /// Unfinished lines all peers together may hold before the largest holders are shed.
     static let defaultMaxInputBytes = 256 << 20
@@ -82,7 +84,11 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         self.idleTimeout = idleTimeout
         self.journalStats = journalStats
         self.loopStates = loops.loops.map { LoopState(loop: $0) }
+        self.turns = loops.loops.map { _ in TurnBatch() }
         for state in loopStates { state.startIdleSweep(seconds: idleTimeout, log: log) }
+        for (loop, (turn, state)) in zip(loops.loops, zip(turns, loopStates)) {
+            loop.onTurnEnd = { [unowned self] in finish(turn, state) }
+        }
     }
 
     /// Serves on sockets that are already listening (socket activation). Logs `listening on HOST:PORT` for each.
@@ -221,13 +227,31 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         }
         let disposition: Dispatcher.Disposition
         var requestID = ""
+        let turn = turns[connection.loop.index]
         switch RequestCodec.decode(line) {
         case .request(let request):
             requestID = request.id
             if box.session.form == nil { box.session.form = request.form }
-            let served = dispatcher.serve(request, session: &box.session, into: &box.scratch)
-            disposition = served.disposition
-            stats.count(served.known ? request.method : LoopState.unknownMethod, failed: served.failed)
+            let form = box.session.form ?? .canonical
+            let mark = turn.staged.count
+            switch dispatcher.stage(request, session: &box.session, into: &turn.staged) {
+            case .call(let call):
+                turn.calls.append(call)
+                turn.add(.init(connection: connection, method: request.method, id: request.id, form: form, kind: .call))
+                if turn.isFull || !connection.loop.inTurn { finish(turn, stats) }
+                return
+            case .served(let served):
+                let kind = TurnBatch.Kind.answered(served, mark..<turn.staged.count)
+                turn.add(.init(connection: connection, method: request.method, id: request.id, form: form, kind: kind))
+                if turn.isFull || !connection.loop.inTurn { finish(turn, stats) }
+                return
+            case .service:
+                // Answered now, so the turn's earlier requests first (their replies come first).
+                finish(turn, stats)
+                let served = dispatcher.serve(request, session: &box.session, into: &box.scratch)
+                disposition = served.disposition
+                stats.count(served.known ? request.method : LoopState.unknownMethod, failed: served.failed)
+            }
         case .counterRequest(let reply) where box.subscriber != nil:
             // A subscriber's acknowledgement of record "r<seq>"; never answered.
             if reply.id.utf8.first == UInt8(ascii: "r"), let seq = UInt64(reply.id.dropFirst()) {
@@ -236,6 +260,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             disposition = .none
         case .counterRequest, .invalid:
             // Rare: decoded again by the dispatcher, which keeps the one counter-request hook and error wording.
+            finish(turn, stats)
             disposition = dispatcher.handle(line: line, session: &box.session, into: &box.scratch)
             if disposition != .none { stats.count(LoopState.invalidLine, failed: true) }
         }
@@ -243,7 +268,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         case .none:
             break
         case .reply:
-            send(box.scratch, id: requestID, on: connection, box: box)
+            send(box.scratch[...], id: requestID, form: box.session.form ?? .canonical, on: connection)
         case .replyAfter(let ticket, let id):
             let slot = connection.reserve()
             let reply = box.scratch
@@ -318,21 +343,90 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         (connection.context as? SessionBox)?.subscriber?.pump()
     }
 
+    /// Answers a turn's batch: runs its calls under one hold of the state lock (a bounded amount
+    /// of reply bytes at a time), sends every reply in the order its request came, and has the
+    /// mutations wait for the journal with one waiter. On the loop's queue.
+    private func finish(_ turn: TurnBatch, _ stats: LoopState) {
+        guard !turn.isEmpty else { return }
+        var nextCall = 0
+        var index = 0
+        var durable: UInt64 = 0
+        var waiting: [(connection: Connection, slot: UInt64, reply: [UInt8], id: String, form: WireForm)] = []
+        let entries = turn.entries
+        while index < entries.count {
+            turn.out.removeAll(keepingCapacity: true)
+            turn.outcomes.removeAll(keepingCapacity: true)
+            if nextCall < turn.calls.count {
+                dispatcher.run(turn.calls[nextCall...], into: &turn.out, outcomes: &turn.outcomes, maxBytes: TurnBatch.maxReplyBytes)
+            }
+            var ran = 0
+            var start = 0
+            delivering: while index < entries.count {
+                let entry = entries[index]
+                let served: Dispatcher.Served
+                let reply: ArraySlice<UInt8>
+                switch entry.kind {
+                case .answered(let answered, let range):
+                    served = answered
+                    reply = turn.staged[range]
+                case .call:
+                    guard ran < turn.outcomes.count else { break delivering }
+                    let (outcome, end) = turn.outcomes[ran]
+                    served = outcome
+                    reply = turn.out[start..<end]
+                    start = end
+                    ran += 1
+                    nextCall += 1
+                }
+                index += 1
+                stats.count(served.known ? entry.method : LoopState.unknownMethod, failed: served.failed)
+                switch served.disposition {
+                case .reply:
+                    send(reply, id: entry.id, form: entry.form, on: entry.connection)
+                case .replyAfter(let ticket, let id):
+                    waiting.append((entry.connection, entry.connection.reserve(), Array(reply), id, entry.form))
+                    durable = max(durable, ticket)
+                case .none, .replyLater:
+                    break  // not from a staged request
+                }
+            }
+        }
+        if !waiting.isEmpty, let durability {
+            // Tickets grow with the journal: the turn's last is durable only after every earlier one.
+            let released = stats.released
+            durability.whenDurable(durable) { [waiting] failure in
+                for item in waiting {
+                    guard let failure else {
+                        released.add(item.connection, slot: item.slot, reply: item.reply)
+                        continue
+                    }
+                    var error: [UInt8] = []
+                    RequestCodec.encodeError(
+                        id: item.id, .internal("the change was applied but not saved: \(failure); it may be lost on restart"),
+                        form: item.form, into: &error)
+                    released.add(item.connection, slot: item.slot, reply: error)
+                }
+            }
+        }
+        for connection in turn.reset() { connection.endDeferredReplies() }
+    }
+
     /// Sends a reply, or, when it alone is past the output cap, an error that says to page: a
     /// reader always gets its one reply, and the connection stays open.
-    private func send(_ reply: [UInt8], id: String, on connection: Connection, box: SessionBox) {
+    private func send(_ reply: ArraySlice<UInt8>, id: String, form: WireForm, on connection: Connection) {
         let cap = connection.limits.maxOutputBytes
-        guard reply.count > cap else { return connection.send(reply) }
+        guard reply.count > cap else { return connection.send { $0.append(contentsOf: reply) } }
         connection.send { out in
             RequestCodec.encodeError(
                 id: id, .replyTooLarge("the reply is \(reply.count) bytes, over this daemon's \(cap)-byte output cap (max_output_bytes); ask for less, e.g. list with a smaller \"limit\" and page with \"after\""),
-                form: box.session.form ?? .canonical, into: &out)
+                form: form, into: &out)
         }
         log.warning("connection \(connection.id): a reply of \(reply.count) bytes passed the output cap (\(cap)); sent replyTooLarge instead")
     }
 
     func connection(_ connection: Connection, didReceiveOversizeLine length: Int) {
         guard let box = connection.context as? SessionBox else { return }
+        finish(turns[connection.loop.index], loopState(connection))  // the replies to earlier lines first
         let limit = connection.limits.maxFrameBytes
         connection.send { out in
             RequestCodec.encodeError(

@@ -29,7 +29,7 @@ extension MutationLog {
 /// by one lock held only while a handler runs (decoding and encoding happen outside it).
 public final class Dispatcher: @unchecked Sendable {
     // @unchecked: `state` is only touched with `lock` held.
-    private let lock = NSLock()
+    private let lock = SpinningLock()
     private var state: Entities
     public let table: MethodTable<Entities>
     private let log: MutationLog?
@@ -106,82 +106,133 @@ public final class Dispatcher: @unchecked Sendable {
         public var known: Bool
     }
 
-    /// Handles a decoded request for `session` (its form, its role); the reply goes in its form.
-    public func serve(_ request: Request, session: inout Session, into out: inout [UInt8]) -> Served {
+    /// A request ready to run against the state: its method found and allowed, its param
+    /// prepared, its journal record and idempotency digest computed (all outside the state lock).
+    public struct Call: @unchecked Sendable {
+        // @unchecked: `prepared` is a closure over the decoded param, run once under the state lock.
+        let id: String
+        let method: RPCMethod
+        let result: RPCMethod
+        let form: WireForm
+        let prepared: MethodTable<Entities>.Prepared
+        let isMutation: Bool
+        /// The journal record of a mutation (nil: no journal).
+        let body: JournalRecord.Body?
+        /// The idempotency key, the request's digest and the time, for a keyed mutation.
+        let keyed: (key: IdempotencyKeys.Key, digest: UInt64, now: UInt64)?
+    }
+
+    /// What `stage` made of a request.
+    public enum Stage {
+        /// Ready to run (with others, under one hold of the state lock): `run`.
+        case call(Call)
+        /// Answered already (an unknown method, a refusal, a bad param): the reply is in `out`.
+        case served(Served)
+        /// A service method (`system.*`): `serve` it, after every call staged before it has run.
+        case service
+    }
+
+    /// Everything about `request` that needs no state: the method, the caller's right to call it,
+    /// the param, the journal record. Errors are answered into `out` at once.
+    public func stage(_ request: Request, session: inout Session, into out: inout [UInt8]) -> Stage {
         let form = session.form ?? .canonical
         guard let entry = table.entry(for: request.method) else {
             RequestCodec.encodeError(id: request.id, methodNotFound(request.method), form: form, into: &out)
-            return Served(disposition: .reply, failed: true, known: false)
+            return .served(Served(disposition: .reply, failed: true, known: false))
         }
         if let refusal = session.refusal(of: entry.method, needing: entry.access) {
             RequestCodec.encodeError(id: request.id, refusal, form: form, into: &out)
-            return Served(disposition: .reply, failed: true, known: true)
+            return .served(Served(disposition: .reply, failed: true, known: true))
         }
-        if let service = entry.service {
-            return serve(request, service: service, result: entry.result, session: &session, into: &out)
-        }
+        if entry.service != nil { return .service }
         let prepared: MethodTable<Entities>.Prepared
         switch entry.prepare(request.param) {
         case .success(let call): prepared = call
         case .failure(let error):
             RequestCodec.encodeError(id: request.id, error, form: form, into: &out)
-            return Served(disposition: .reply, failed: true, known: true)
+            return .served(Served(disposition: .reply, failed: true, known: true))
         }
+        var keyed: (key: IdempotencyKeys.Key, digest: UInt64, now: UInt64)?
         if entry.isMutation, let key = request.key {
-            return serveKeyed(request, key: ExactID(key), prepared: prepared, result: entry.result, form: form, into: &out)
+            keyed = (
+                IdempotencyKeys.Key(key), IdempotencyKeys.digest(method: request.method, param: request.param),
+                DispatchTime.now().uptimeNanoseconds)
         }
-        var ticket: UInt64?
-        let body = entry.isMutation && log != nil ? JournalRecord.Body(request) : nil
-        let error = RequestCodec.encode(id: request.id, method: entry.result, form: form, into: &out) { out in
-            let (error, applied) = run(prepared, body: body, isMutation: entry.isMutation, into: &out)
-            ticket = applied
-            return error
-        }
-        let disposition: Disposition = ticket.map { .replyAfter(ticket: $0, id: request.id) } ?? .reply
-        return Served(disposition: disposition, failed: error != nil, known: true)
+        return .call(Call(
+            id: request.id, method: request.method, result: entry.result, form: form, prepared: prepared,
+            isMutation: entry.isMutation, body: entry.isMutation && log != nil ? JournalRecord.Body(request) : nil,
+            keyed: keyed))
     }
 
-    /// A mutation with an idempotency key: the first time it runs and its outcome is remembered
-    /// (journaled with it when applied); a retry gets that outcome, once it is as durable as the
-    /// first reply; the same key with another method or param is `keyReused`.
-    private func serveKeyed(
-        _ request: Request, key: ExactID, prepared: MethodTable<Entities>.Prepared, result: RPCMethod, form: WireForm,
-        into out: inout [UInt8]
-    ) -> Served {
-        let digest = IdempotencyKeys.digest(method: request.method, param: request.param)
-        let stored = IdempotencyKeys.Key(key)
-        let body = log.map { _ in JournalRecord.Body(request) }
-        let now = DispatchTime.now().uptimeNanoseconds
-        var ticket: UInt64?
-        var replayed: IdempotencyKeys.Outcome?
-        let error = RequestCodec.encode(id: request.id, method: result, form: form, into: &out) { out in
-            lock.lock()
-            defer { lock.unlock() }
-            if let readOnlyMessage { return .readOnly(readOnlyMessage) }
-            if let prior = state.keys.lookup(stored, now: now) {
-                guard prior.digest == digest else {
-                    return .keyReused("key \"\(key.string.prefix(128))\" was first used with another method or param; use a new key for a new mutation")
-                }
-                replayed = prior
-                if let error = prior.error { return error }
-                out.append(contentsOf: prior.reply)
-                return nil
-            }
-            if let log, let reason = log.refusal() { return .internal("mutations are refused: \(reason)") }
-            let start = out.count
-            if let error = prepared(&state, &out) {
-                state.keys.remember(stored, .failure(error, digest: digest), now: now)
+    /// Runs staged calls in order under one hold of the state lock, appending each reply line to
+    /// `out`; `outcomes` gets, per call, what to do with its reply and where in `out` it ends.
+    /// One lock for a loop's whole turn of requests, not one per request: the other loops then
+    /// rarely find it taken.
+    /// Stops early, after at least one call, once the replies passed `maxBytes`.
+    public func run(
+        _ calls: ArraySlice<Call>, into out: inout [UInt8], outcomes: inout [(served: Served, end: Int)], maxBytes: Int = .max
+    ) {
+        let start = out.count
+        lock.lock()
+        defer { lock.unlock() }
+        for call in calls where out.count - start < maxBytes {
+            var ticket: UInt64?
+            let error = RequestCodec.encode(id: call.id, method: call.result, form: call.form, into: &out) { out in
+                let (error, applied) = apply(call, into: &out)
+                ticket = applied
                 return error
             }
-            let seq = body.flatMap { log?.record($0) }
-            ticket = seq
-            state.keys.remember(
-                stored, .init(digest: digest, reply: Array(out[start...]), seq: seq ?? 0), now: now)
-            return nil
+            let disposition: Disposition = ticket.map { .replyAfter(ticket: $0, id: call.id) } ?? .reply
+            outcomes.append((Served(disposition: disposition, failed: error != nil, known: true), out.count))
         }
-        if let prior = replayed, !prior.failed, prior.seq > 0 { ticket = prior.seq }
-        let disposition: Disposition = ticket.map { .replyAfter(ticket: $0, id: request.id) } ?? .reply
-        return Served(disposition: disposition, failed: error != nil, known: true)
+    }
+
+    /// Handles a decoded request for `session` (its form, its role); the reply goes in its form.
+    public func serve(_ request: Request, session: inout Session, into out: inout [UInt8]) -> Served {
+        switch stage(request, session: &session, into: &out) {
+        case .served(let served):
+            return served
+        case .call(let call):
+            var outcomes: [(served: Served, end: Int)] = []
+            run([call][...], into: &out, outcomes: &outcomes)
+            return outcomes[0].served
+        case .service:
+            guard let entry = table.entry(for: request.method), let service = entry.service else {
+                preconditionFailure("staged as a service method: \(request.method)")
+            }
+            return serve(request, service: service, result: entry.result, session: &session, into: &out)
+        }
+    }
+
+    /// Runs one staged call with the state lock held, writing its reply param: a successful
+    /// mutation is logged (under the same lock, so the log's order is the apply order). A keyed
+    /// mutation's outcome is remembered (journaled with it when applied); a retry gets that
+    /// outcome, once it is as durable as the first reply; the same key with another method or
+    /// param is `keyReused`.
+    private func apply(_ call: Call, into out: inout [UInt8]) -> (RPCError?, UInt64?) {
+        if call.isMutation, let readOnlyMessage { return (.readOnly(readOnlyMessage), nil) }
+        if let keyed = call.keyed, let prior = state.keys.lookup(keyed.key, now: keyed.now) {
+            guard prior.digest == keyed.digest else {
+                return (.keyReused("key \"\(keyed.key.id.string.prefix(128))\" was first used with another method or param; use a new key for a new mutation"), nil)
+            }
+            if let error = prior.error { return (error, nil) }
+            out.append(contentsOf: prior.reply)
+            return (nil, prior.seq > 0 ? prior.seq : nil)
+        }
+        if call.isMutation, let log, let reason = log.refusal() {
+            return (.internal("mutations are refused: \(reason)"), nil)
+        }
+        let start = out.count
+        if let error = call.prepared(&state, &out) {
+            if let keyed = call.keyed { state.keys.remember(keyed.key, .failure(error, digest: keyed.digest), now: keyed.now) }
+            return (error, nil)
+        }
+        guard call.isMutation else { return (nil, nil) }
+        let seq = call.body.flatMap { log?.record($0) }
+        if let keyed = call.keyed {
+            state.keys.remember(keyed.key, .init(digest: keyed.digest, reply: Array(out[start...]), seq: seq ?? 0), now: keyed.now)
+        }
+        return (nil, seq)
     }
 
     /// A service method (`system.*`): on this thread, outside the state lock.
@@ -233,22 +284,6 @@ public final class Dispatcher: @unchecked Sendable {
         let names = known.map(\.description)
         let suggestion = Suggestion.hint(for: method.description, among: names)
         return .methodNotFound("\(hint)\(suggestion); methods: \(names.joined(separator: ", "))")
-    }
-
-    /// Runs the call under the state lock, writing its reply param; a successful mutation is logged
-    /// as `body` (under the same lock, so the log's order is the apply order).
-    private func run(
-        _ prepared: MethodTable<Entities>.Prepared, body: JournalRecord.Body?, isMutation: Bool, into out: inout [UInt8]
-    ) -> (RPCError?, UInt64?) {
-        lock.lock()
-        defer { lock.unlock() }
-        if isMutation, let readOnlyMessage { return (.readOnly(readOnlyMessage), nil) }
-        if isMutation, let log, let reason = log.refusal() {
-            return (.internal("mutations are refused: \(reason)"), nil)
-        }
-        if let error = prepared(&state, &out) { return (error, nil) }
-        guard isMutation, let log, let body else { return (nil, nil) }
-        return (nil, log.record(body))
     }
 
     /// Makes mutations from clients fail with `readOnly` and `message` (a follower), or serves

@@ -104,6 +104,8 @@ public final class Connection: @unchecked Sendable {
     private var closeReason: CloseReason?
     /// Replies that must wait for an earlier reserved one: oldest first.
     private var held: [(slot: UInt64, bytes: [UInt8]?)] = []
+    /// Owners that will send replies later in this turn (`beginDeferredReplies`).
+    private var deferrals = 0
     private var heldBytes = 0
     private var nextSlot: UInt64 = 0
 
@@ -136,7 +138,8 @@ public final class Connection: @unchecked Sendable {
     /// without cutting a reply short. Call on the loop queue.
     public func isIdle(now: UInt64, longerThan nanoseconds: UInt64) -> Bool {
         loop.preconditionOnLoop()
-        return closeReason == nil && !exemptFromIdleTimeout && held.isEmpty && outbound.isEmpty && now &- lastActivityAt > nanoseconds
+        return closeReason == nil && !exemptFromIdleTimeout && deferrals == 0 && held.isEmpty && outbound.isEmpty
+            && now &- lastActivityAt > nanoseconds
     }
 
     /// Registers with the loop and starts reading. Call once, from anywhere; work happens on the loop queue.
@@ -364,7 +367,23 @@ public final class Connection: @unchecked Sendable {
     // MARK: - Closing
 
     private func closeIfFinished() {
-        if readClosed && held.isEmpty && outbound.isEmpty && closeReason == nil { close(.finished) }
+        if readClosed && deferrals == 0 && held.isEmpty && outbound.isEmpty && closeReason == nil { close(.finished) }
+    }
+
+    /// Tells the connection that replies to lines it delivered will be sent later in this loop
+    /// turn (the owner gathers a turn's requests and answers them together): a peer that
+    /// half-closed is not closed before they are sent. Pair with `endDeferredReplies()`.
+    public func beginDeferredReplies() {
+        loop.preconditionOnLoop()
+        deferrals += 1
+    }
+
+    /// The deferred replies are sent (or queued): sends what is queued and, once the peer
+    /// half-closed and nothing is owed, closes.
+    public func endDeferredReplies() {
+        loop.preconditionOnLoop()
+        deferrals -= 1
+        if deferrals == 0 { flush() }
     }
 
     /// Closes now, dropping unsent replies. Idempotent. Call on the loop queue.

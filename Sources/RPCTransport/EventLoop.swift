@@ -37,6 +37,14 @@ public final class EventLoop: @unchecked Sendable {
     /// Called on the loop queue when a connection is shed to keep within `inputBudget`.
     public var onShed: (@Sendable (_ connectionID: UInt64, _ bytes: Int) -> Void)?
 
+    /// Called on the loop queue after each turn has served every ready connection: the owner
+    /// finishes work it gathered over the turn (the server runs a turn's requests under one hold
+    /// of its state lock). Set before connections are added.
+    public var onTurnEnd: (@Sendable () -> Void)?
+    /// Whether a turn is under way (lines delivered outside one, e.g. after `resumeReading`, get
+    /// no `onTurnEnd`).
+    public private(set) var inTurn = false
+
     public init(label: String, index: Int = 0, readBufferBytes: Int = 64 * 1024) throws(Errno) {
         queue = DispatchQueue(label: label)
         self.index = index
@@ -64,12 +72,15 @@ public final class EventLoop: @unchecked Sendable {
     /// Serves every ready connection; another turn follows while the set stays ready.
     private func turn() {
         now = DispatchTime.now().uptimeNanoseconds
+        inTurn = true
         while true {
             let n = selector.poll(into: events) { token, ready in
                 registered[token]?.ready(ready)
             }
             if n < events.count { break }
         }
+        inTurn = false
+        onTurnEnd?()
     }
 
     // MARK: - Registration (on the loop queue)

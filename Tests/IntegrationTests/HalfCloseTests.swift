@@ -31,6 +31,45 @@ struct HalfCloseTests {
         }
     }
 
+    @Test("a pipeline of 1,000 mixed lines in one write (mutations, reads, errors, system.ping, bad JSON), then shutdown(SHUT_WR): every reply in order, then EOF")
+    func pipelineInOrder() throws {
+        try withDaemon { daemon in
+            // A loop answers a turn's requests together; service methods and bad lines answer at
+            // once. Whatever the mix, replies keep the order of the requests.
+            var lines: [String] = []
+            var ids: [String] = []
+            for i in 0..<200 {
+                lines.append(Wire.createUser("c\(i)", "p\(i)", "P", "p@example.com"))
+                ids.append("c\(i)")
+                lines.append(Wire.getUser("g\(i)", "p\(i)"))
+                ids.append("g\(i)")
+                lines.append(Wire.getUser("n\(i)", "absent-\(i)"))
+                ids.append("n\(i)")
+                if i % 3 == 0 {
+                    lines.append(#"{"id":"s\#(i)","method":"system.ping"}"#)
+                    ids.append("s\(i)")
+                }
+                if i % 7 == 0 {
+                    lines.append(#"{"id":"b\#(i)","method":"user.getUser","param":"#)  // not JSON: answered with id ""
+                    ids.append("")
+                }
+                lines.append(Wire.createUser("d\(i)", "p\(i)", "P", "p@example.com"))  // conflict
+                ids.append("d\(i)")
+            }
+            let c = try LineClient(port: daemon.port)
+            try c.send(lines.joined(separator: "\n") + "\n")
+            c.shutdownWrite()
+            let replies = try c.readLines(ids.count)
+            let got = replies.map { line -> String in
+                guard let data = line.data(using: .utf8), let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else { return "?" }
+                return object["id"] as? String ?? "?"
+            }
+            let first = got.count == ids.count ? ids.indices.first { got[$0] != ids[$0] } : 0
+            #expect(first == nil, "reply \(first ?? 0) answers \"\(first.map { got[$0] } ?? "")\", expected \"\(first.map { ids[$0] } ?? "")\"")
+            #expect(try c.readLine() == nil, "EOF after the replies")
+        }
+    }
+
     @Test("100 half-closed clients at once all get their replies and EOF; no fd leak, no spinning")
     func manyHalfClosed() throws {
         try withDaemon { daemon in
