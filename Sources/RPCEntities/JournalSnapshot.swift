@@ -26,28 +26,41 @@ public enum JournalSnapshot {
     ) rethrows {
         var out: [UInt8] = []
         out.reserveCapacity(chunkBytes + 4096)
+        // Written directly, byte for byte what `RequestCodec.encode` makes of the same request
+        // (a test holds them equal): a snapshot of a million records is written while the daemon
+        // serves, on the same cores, so no JSON values are built for it.
         for user in state.users.values {
-            let param = JSONValue.object(JSONObject([
-                (key: "id", value: .string(user.id)), (key: "name", value: .string(user.name)),
-                (key: "email", value: .string(user.email)),
-            ]))
             let start = out.count
-            RequestCodec.encode(id: "s", method: CreateUser.method, param: param, form: .canonical, into: &out)
-            JournalRecord.seal(lineStart: start, into: &out)
+            out.append(contentsOf: userLinePrefix)
+            out.append(contentsOf: paramID)
+            JSONWriter.writeString(user.id, into: &out)
+            out.append(contentsOf: nameKey)
+            JSONWriter.writeString(user.name, into: &out)
+            out.append(contentsOf: emailKey)
+            JSONWriter.writeString(user.email, into: &out)
+            out.append(UInt8(ascii: "}"))
+            JournalRecord.appendSeal(lineStart: start, into: &out)
             if out.count >= chunkBytes {
                 try body(out)
                 out.removeAll(keepingCapacity: true)
             }
         }
         for building in state.buildings.values {
-            let param = JSONValue.object(JSONObject([
-                (key: "id", value: .string(building.id)), (key: "name", value: .string(building.name)),
-                (key: "address", value: .string(building.address)),
-                (key: "residents", value: .array(building.residents.map { .string($0) })),
-            ]))
             let start = out.count
-            RequestCodec.encode(id: "s", method: AddBuilding.method, param: param, form: .canonical, into: &out)
-            JournalRecord.seal(lineStart: start, into: &out)
+            out.append(contentsOf: buildingLinePrefix)
+            out.append(contentsOf: paramID)
+            JSONWriter.writeString(building.id, into: &out)
+            out.append(contentsOf: nameKey)
+            JSONWriter.writeString(building.name, into: &out)
+            out.append(contentsOf: addressKey)
+            JSONWriter.writeString(building.address, into: &out)
+            out.append(contentsOf: residentsKey)
+            for (index, resident) in building.residents.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                JSONWriter.writeString(resident, into: &out)
+            }
+            out.append(contentsOf: closeResidents)
+            JournalRecord.appendSeal(lineStart: start, into: &out)
             if out.count >= chunkBytes {
                 try body(out)
                 out.removeAll(keepingCapacity: true)
@@ -56,13 +69,13 @@ public enum JournalSnapshot {
         // The outcomes of keyed mutations, oldest first, so retries after a compaction still find them.
         state.keys.forEachApplied { key, outcome in
             let start = out.count
-            out.append(contentsOf: #"{"rpcdKey":"#.utf8)
+            out.append(contentsOf: keyLinePrefix)
             JSONWriter.writeString(key.string, into: &out)
-            out.append(contentsOf: #","digest":""#.utf8)
-            out.append(contentsOf: String(outcome.digest, radix: 16).utf8)
-            out.append(contentsOf: #"","seq":"#.utf8)
+            out.append(contentsOf: digestKey)
+            appendHex(outcome.digest, into: &out)
+            out.append(contentsOf: keySeqKey)
             JournalRecord.appendDecimal(outcome.seq, into: &out)
-            out.append(contentsOf: #","reply":"#.utf8)
+            out.append(contentsOf: replyKey)
             out.append(contentsOf: outcome.reply)
             JournalRecord.appendSeal(lineStart: start, into: &out)
         }
@@ -71,6 +84,26 @@ public enum JournalSnapshot {
 
     private static let userLinePrefix = Array(#"{"id":"s","method":"user.createUser","#.utf8)
     private static let buildingLinePrefix = Array(#"{"id":"s","method":"building.addBuilding","#.utf8)
+    private static let paramID = Array(#""param":{"id":"#.utf8)
+    private static let nameKey = Array(#","name":"#.utf8)
+    private static let emailKey = Array(#","email":"#.utf8)
+    private static let addressKey = Array(#","address":"#.utf8)
+    private static let residentsKey = Array(#","residents":["#.utf8)
+    private static let closeResidents = Array("]}".utf8)
+    private static let digestKey = Array(#","digest":""#.utf8)
+    private static let keySeqKey = Array(#"","seq":"#.utf8)
+    private static let replyKey = Array(#","reply":"#.utf8)
+
+    /// Lowercase hex without leading zeros, as `String(value, radix: 16)` writes it.
+    static func appendHex(_ value: UInt64, into out: inout [UInt8]) {
+        guard value > 0 else { return out.append(UInt8(ascii: "0")) }
+        var shift = (63 - value.leadingZeroBitCount) / 4 * 4
+        while shift >= 0 {
+            let nibble = UInt8((value >> UInt64(shift)) & 0xF)
+            out.append(nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") + nibble - 10)
+            shift -= 4
+        }
+    }
 
     /// How many user and building lines a snapshot written by `encodeRecords` holds, by their
     /// beginnings (no parse): what replay reserves room for. Lines of another form count as neither.

@@ -125,6 +125,57 @@ struct JournalTests {
         #expect(throws: JournalReplay.Failure.self) { try cut.withUnsafeBytes { partial.replaySnapshot($0) }.get() }
     }
 
+    @Test("snapshot lines are written directly, byte for byte the sealed canonical request lines (escapes, non-ASCII, empty residents) and key lines")
+    func snapshotLinesAreCanonical() throws {
+        var source = JournalReplay()
+        let names = ["Ada", "quote \" backslash \\ tab \t", "caf\u{E9} \u{1F600}", "x", "ctl \u{01}\u{1F}"]
+        var journal = names.enumerated().map { index, name in
+            line(Request(id: "c", method: CreateUser.method, param: ["id": .string("u\(index)\(name)"), "name": .string(name), "email": "e@x"]), seq: UInt64(index + 1))
+        }.joined()
+        journal += line(Request(id: "b", method: AddBuilding.method, param: [
+            "id": "b1", "name": "T\"ower", "address": "1 \u{E9}", "residents": ["u0Ada", "u3x"],
+        ]), seq: 6)
+        journal += line(Request(id: "b", method: AddBuilding.method, param: [
+            "id": "b2", "name": "Empty", "address": "-", "residents": [],
+        ]), seq: 7)
+        journal += line(Request(id: "k", method: CreateUser.method, param: ["id": "k1", "name": "K", "email": "k@x"], key: "key \"1\""), seq: 8)
+        _ = try replay(journal, into: &source).get()
+        var written: [UInt8] = []
+        JournalSnapshot.encodeRecords(source.state, chunkBytes: 64) { written += $0 }
+
+        // The reference: each record as RequestCodec encodes the request, sealed.
+        var expected: [UInt8] = []
+        for user in source.state.users.values {
+            let start = expected.count
+            RequestCodec.encode(id: "s", method: CreateUser.method, param: .object(JSONObject([
+                (key: "id", value: .string(user.id)), (key: "name", value: .string(user.name)), (key: "email", value: .string(user.email)),
+            ])), form: .canonical, into: &expected)
+            JournalRecord.seal(lineStart: start, into: &expected)
+        }
+        for building in source.state.buildings.values {
+            let start = expected.count
+            RequestCodec.encode(id: "s", method: AddBuilding.method, param: .object(JSONObject([
+                (key: "id", value: .string(building.id)), (key: "name", value: .string(building.name)),
+                (key: "address", value: .string(building.address)), (key: "residents", value: .array(building.residents.map { .string($0) })),
+            ])), form: .canonical, into: &expected)
+            JournalRecord.seal(lineStart: start, into: &expected)
+        }
+        let keyLines = String(decoding: written, as: UTF8.self).split(separator: "\n").filter { $0.hasPrefix(#"{"rpcdKey":"#) }
+        #expect(String(decoding: written, as: UTF8.self).hasPrefix(String(decoding: expected, as: UTF8.self)))
+        #expect(written.count == expected.count + keyLines.map { $0.utf8.count + 1 }.reduce(0, +))
+        #expect(keyLines.count == 1)
+        let keyLine = try #require(keyLines.first)
+        let parsed = Array(keyLine.utf8).withUnsafeBytes { JournalSnapshot.parseKeyLine($0) }
+        let (key, outcome) = try parsed.get()
+        #expect(key == ExactID(#"key "1""#) && outcome.seq == 8)
+        #expect(keyLine.contains(#""digest":"\#(String(outcome.digest, radix: 16))""#))
+        for value: UInt64 in [0, 1, 0xF, 0x10, 0xABC, UInt64.max] {
+            var hex: [UInt8] = []
+            JournalSnapshot.appendHex(value, into: &hex)
+            #expect(String(decoding: hex, as: UTF8.self) == String(value, radix: 16))
+        }
+    }
+
     @Test("the newline search finds the first newline at or after any offset, in runs of every length")
     func newlineSearch() {
         var bytes = [UInt8](repeating: UInt8(ascii: "x"), count: 300)
