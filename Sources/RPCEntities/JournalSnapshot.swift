@@ -29,6 +29,13 @@ public enum JournalSnapshot {
         // Written directly, byte for byte what `RequestCodec.encode` makes of the same request
         // (a test holds them equal): a snapshot of a million records is written while the daemon
         // serves, on the same cores, so no JSON values are built for it.
+        func seal(lineStart: Int) throws {
+            JournalRecord.appendSeal(lineStart: lineStart, into: &out)
+            if out.count >= chunkBytes {
+                try body(out)
+                out.removeAll(keepingCapacity: true)
+            }
+        }
         for user in state.users.values {
             let start = out.count
             out.append(contentsOf: userLinePrefix)
@@ -39,11 +46,7 @@ public enum JournalSnapshot {
             out.append(contentsOf: emailKey)
             JSONWriter.writeString(user.email, into: &out)
             out.append(UInt8(ascii: "}"))
-            JournalRecord.appendSeal(lineStart: start, into: &out)
-            if out.count >= chunkBytes {
-                try body(out)
-                out.removeAll(keepingCapacity: true)
-            }
+            try seal(lineStart: start)
         }
         for building in state.buildings.values {
             let start = out.count
@@ -60,11 +63,7 @@ public enum JournalSnapshot {
                 JSONWriter.writeString(resident, into: &out)
             }
             out.append(contentsOf: closeResidents)
-            JournalRecord.appendSeal(lineStart: start, into: &out)
-            if out.count >= chunkBytes {
-                try body(out)
-                out.removeAll(keepingCapacity: true)
-            }
+            try seal(lineStart: start)
         }
         // The outcomes of keyed mutations, oldest first, so retries after a compaction still find them.
         state.keys.forEachApplied { key, outcome in
