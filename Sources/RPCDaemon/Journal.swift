@@ -126,8 +126,10 @@ final class Journal: MutationLog, @unchecked Sendable {
                 published.bytes = bytes
                 return commit.finished(batch, failure: failure)
             }
-            for done in ready { done(result) }
+            // The feed first: a client that got its reply and subscribes from its sequence number
+            // must not be told it is ahead of the leader.
             if failure == nil, !batch.bytes.isEmpty { feed?.published(batch.bytes, lastSeq: batch.lastSeq) }
+            for done in ready { done(result) }
             if failure == nil { maybeCompact() }
         }
     }

@@ -135,7 +135,8 @@ func collect(_ states: [LoopState], done: @escaping @Sendable (LoopState.Snapsho
 
 /// Replies that an fsync released, on their way to one loop: the journal's writer adds each one
 /// (any thread); the loop takes all of them in one turn, fills every slot, then flushes each
-/// connection once. One queue hop and one send per connection per fsync, not one per reply.
+/// connection once. One wake of the loop (`EventLoop.wake`, which reaches a turn lingering in
+/// epoll) and one send per connection per fsync, not one per reply.
 final class ReleasedReplies: @unchecked Sendable {
     // @unchecked: `items` and `scheduled` are guarded by `lock`; `loop` is immutable.
     private let loop: EventLoop
@@ -152,17 +153,21 @@ final class ReleasedReplies: @unchecked Sendable {
             defer { scheduled = true }
             return !scheduled
         }
-        if schedule { loop.queue.async { self.deliver() } }
+        if schedule { loop.wake() }
     }
 
-    private func deliver() {
+    /// On the loop (its wake handler): fills every released slot, then flushes each connection once.
+    func deliver() {
         loop.preconditionOnLoop()
         let batch = lock.withLock {
             scheduled = false
             defer { items = [] }
             return items
         }
-        for item in batch { item.connection.fill(item.slot, with: item.reply, flush: false) }
+        for item in batch {
+            item.connection.fill(item.slot, with: item.reply, flush: false)
+            item.connection.flushIfLarge()  // an fsync can release thousands: not all in memory at once
+        }
         var flushed = Set<ObjectIdentifier>()
         for item in batch where flushed.insert(ObjectIdentifier(item.connection)).inserted {
             item.connection.flush()

@@ -88,6 +88,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         for state in loopStates { state.startIdleSweep(seconds: idleTimeout, log: log) }
         for (loop, (turn, state)) in zip(loops.loops, zip(turns, loopStates)) {
             loop.onTurnEnd = { [unowned self] in finish(turn, state) }
+            try loop.onWake { [released = state.released] in released.deliver() }
         }
     }
 
@@ -383,6 +384,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
                 switch served.disposition {
                 case .reply:
                     send(reply, id: entry.id, form: entry.form, on: entry.connection)
+                    entry.connection.flushIfLarge()
                 case .replyAfter(let ticket, let id):
                     waiting.append((entry.connection, entry.connection.reserve(), Array(reply), id, entry.form))
                     durable = max(durable, ticket)
@@ -392,6 +394,9 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             }
         }
         if !waiting.isEmpty, let durability {
+            // These replies wait for the journal: requests that arrive meanwhile are better read
+            // in one turn (more mutations per fsync) than one by one as they come.
+            entries.first?.connection.loop.lingerDeclined = true
             // Tickets grow with the journal: the turn's last is durable only after every earlier one.
             let released = stats.released
             durability.whenDurable(durable) { [waiting] failure in

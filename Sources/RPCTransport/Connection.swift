@@ -206,7 +206,7 @@ public final class Connection: @unchecked Sendable {
                 case .line(let line): delegate.connection(self, didReceive: line)
                 case .tooLarge(let length): delegate.connection(self, didReceiveOversizeLine: length)
                 }
-                if outbound.count >= Self.eagerFlushBytes { flush() }
+                flushIfLarge()
             }
             reportInput()
             if n < loop.readBuffer.count && !untilEOF { break }
@@ -275,6 +275,13 @@ public final class Connection: @unchecked Sendable {
     public var pendingOutputBytes: Int {
         loop.preconditionOnLoop()
         return outbound.count + heldBytes
+    }
+
+    /// Sends now when enough is queued (64 KiB): an owner that queues many replies before its one
+    /// flush (a batch) hands them to the kernel as it goes, so they do not pile up here past the
+    /// output cap while the socket has room. Call on the loop queue.
+    public func flushIfLarge() {
+        if outbound.count >= Self.eagerFlushBytes { flush() }
     }
 
     // MARK: - Writing

@@ -71,11 +71,27 @@ struct Selector {
         _ = epoll_ctl(fd, EPOLL_CTL_DEL, target, &event)
     }
 
-    /// Fills `events` with what is ready now, without waiting; returns how many.
-    func poll(into events: UnsafeMutableBufferPointer<epoll_event>, _ body: (UInt64, IOEvents) -> Void) -> Int {
+    /// Whether the kernel has epoll_pwait2 (a wait shorter than a millisecond); cleared at the
+    /// first ENOSYS.
+    nonisolated(unsafe) private static var hasNanosecondWait = true
+
+    /// Fills `events` with what is ready, waiting up to `waitNanoseconds` for something (0: not at
+    /// all; where the kernel cannot wait less than a millisecond, not at all); returns how many.
+    func poll(
+        into events: UnsafeMutableBufferPointer<epoll_event>, waitNanoseconds: Int = 0, _ body: (UInt64, IOEvents) -> Void
+    ) -> Int {
         let n: Int32
         do {
-            n = try Syscall.retrying("epoll_wait") { epoll_wait(fd, events.baseAddress, Int32(events.count), 0) }
+            if waitNanoseconds > 0 && Self.hasNanosecondWait {
+                let waited = crpc_epoll_wait_ns(fd, events.baseAddress, Int32(events.count), waitNanoseconds)
+                if waited < 0 && errno == ENOSYS {
+                    Self.hasNanosecondWait = false
+                    return 0
+                }
+                n = waited < 0 ? 0 : waited
+            } else {
+                n = try Syscall.retrying("epoll_wait") { epoll_wait(fd, events.baseAddress, Int32(events.count), 0) }
+            }
         } catch {
             return 0
         }
@@ -114,9 +130,11 @@ struct Selector {
         change(target, filter: Int16(EVFILT_WRITE), flags: UInt16(EV_DELETE), token: 0)
     }
 
-    func poll(into events: UnsafeMutableBufferPointer<Darwin.kevent>, _ body: (UInt64, IOEvents) -> Void) -> Int {
-        var zero = timespec()
-        let n = Darwin.kevent(fd, nil, 0, events.baseAddress, Int32(events.count), &zero)
+    func poll(
+        into events: UnsafeMutableBufferPointer<Darwin.kevent>, waitNanoseconds: Int = 0, _ body: (UInt64, IOEvents) -> Void
+    ) -> Int {
+        var wait = timespec(tv_sec: waitNanoseconds / 1_000_000_000, tv_nsec: waitNanoseconds % 1_000_000_000)
+        let n = Darwin.kevent(fd, nil, 0, events.baseAddress, Int32(events.count), &wait)
         guard n > 0 else { return 0 }
         for i in 0..<Int(n) {
             let event = events[i]
