@@ -2,14 +2,16 @@ import RPCEntities
 import RPCSchema
 import RPCTransport
 
-/// The requests one loop turn read, answered together at the turn's end: their calls run under
-/// one hold of the dispatcher's state lock instead of one each, and the mutations among them wait
-/// for the journal with one waiter.
+/// The requests a loop read from one peer in one go, answered together once the read is done
+/// (or, for lines delivered otherwise, at the end of the loop's turn): their calls run under one
+/// hold of the dispatcher's state lock instead of one each, and the mutations among them wait
+/// for the journal with one waiter. (Per read, not per turn: a turn that reads fifty peers and
+/// answers them all at its end keeps the first peer waiting for the other forty-nine.)
 ///
 /// Two loops taking the state lock per request met there about once per request under a write
 /// load: a futex wait, a wake-up and two context switches each time, close to half the daemon's
-/// CPU on two cores. A turn holds tens to hundreds of requests, so the lock changes hands a
-/// hundred times less often.
+/// CPU on two cores. A pipelining peer's read holds tens of requests, so the lock changes hands
+/// that many times less often.
 ///
 /// Replies keep their order: a connection's replies are sent in the order its lines came, and
 /// anything that answers at once (a service method, a bad line) first finishes the turn's batch.

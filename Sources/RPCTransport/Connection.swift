@@ -16,10 +16,14 @@ public protocol ConnectionDelegate: AnyObject, Sendable {
     /// Output that had to wait for the peer is all sent (only with `notifiesDrain` set): a
     /// producer that stopped at its window may write more.
     func connectionDidDrain(_ connection: Connection)
+    /// The lines of this turn's reads from the peer are all delivered; the connection flushes
+    /// right after. An owner that gathers lines answers them here.
+    func connectionDidReadLines(_ connection: Connection)
 }
 
 extension ConnectionDelegate {
     public func connectionDidDrain(_ connection: Connection) {}
+    public func connectionDidReadLines(_ connection: Connection) {}
 }
 
 /// One peer: a non-blocking fd registered with its loop's epoll set, a line framer, and a bounded
@@ -211,6 +215,7 @@ public final class Connection: @unchecked Sendable {
             reportInput()
             if n < loop.readBuffer.count && !untilEOF { break }
         }
+        delegate?.connectionDidReadLines(self)
         flush()
     }
 
