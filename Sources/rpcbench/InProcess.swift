@@ -4,12 +4,32 @@ import RPCSchema
 
 /// Runs `count` requests of the workload through a dispatcher on this thread: the daemon's
 /// decode → dispatch → encode path without sockets, for profiling (stable under callgrind).
+/// With `--keys both`, once without and once with idempotency keys, and their ratio.
 func runInProcess(count: Int, options: Options) -> Never {
-    let dispatcher = Dispatcher()
+    var results: [(keyed: Bool, nanoseconds: Double)] = []
+    var errors = 0
+    for keyed in options.keyed {
+        let (perRequest, failed) = measureInProcess(count: count, keyed: keyed, options: options)
+        results.append((keyed, perRequest))
+        errors += failed
+    }
+    if results.count == 2 {
+        let (plain, keyed) = (results[0].nanoseconds, results[1].nanoseconds)
+        print("RATIO keyed/unkeyed = \(String(format: "%.2f", plain / keyed)) (\(Int(1e9 / keyed)) / \(Int(1e9 / plain)) requests/s on one core)")
+    }
+    exit(errors == 0 ? 0 : 1)
+}
+
+/// One in-process run; returns nanoseconds per request and the error replies.
+private func measureInProcess(count: Int, keyed: Bool, options: Options) -> (Double, Int) {
+    // A journal's work is part of a mutation's cost: each record is encoded as the daemon's
+    // journal would, into memory.
+    let dispatcher = Dispatcher(log: MemoryLog())
     var session = Dispatcher.Session()
     var out: [UInt8] = []
     out.reserveCapacity(1 << 16)
-    let factory = RPCDLoad(workload: options.workload, users: options.users, runTag: "inproc")
+    var factory = RPCDLoad(workload: options.workload, users: options.users, runTag: "inproc")
+    factory.keyed = keyed
     for line in createUsersLines(options.users, prefix: "bench-u") {
         line.dropLast().withUnsafeBytes { _ = dispatcher.handle(line: $0, session: &session, into: &out) }
     }
@@ -44,10 +64,30 @@ func runInProcess(count: Int, options: Options) -> Never {
     let seconds = Double(nowNanoseconds() - start) / 1e9
     errors += out.withUnsafeBytes { countOccurrences(of: errorMarker, in: $0) }
     let perRequest = seconds / Double(count) * 1e9
-    print("in-process  \(count) \(options.workload.rawValue) requests in \(String(format: "%.3f", seconds)) s")
+    let keys = keyed ? " keys=yes" : ""
+    print("in-process  \(count) \(options.workload.rawValue) requests\(keyed ? " with keys" : "") in \(String(format: "%.3f", seconds)) s")
     print("per request \(String(format: "%.0f", perRequest)) ns (\(Int(Double(count) / seconds)) requests/s on one core)")
-    print("RESULT inprocess=\(count) workload=\(options.workload.rawValue) ns_per_request=\(Int(perRequest)) errors=\(errors)")
-    exit(errors == 0 ? 0 : 1)
+    print("RESULT inprocess=\(count) workload=\(options.workload.rawValue)\(keys) ns_per_request=\(Int(perRequest)) errors=\(errors)")
+    return (perRequest, errors)
+}
+
+/// A journal kept in memory: records are encoded and sealed as the daemon's are, then dropped
+/// now and then (only the encoding is measured); every one is durable at once.
+private final class MemoryLog: MutationLog, @unchecked Sendable {
+    // @unchecked: used from the one measuring thread.
+    private var bytes: [UInt8] = []
+    private var seq: UInt64 = 0
+
+    func refusal() -> String? { nil }
+
+    func record(_ body: JournalRecord.Body) -> UInt64? {
+        seq += 1
+        JournalRecord.encode(body, seq: seq, into: &bytes)
+        if bytes.count > 1 << 20 { bytes.removeAll(keepingCapacity: true) }
+        return nil
+    }
+
+    func whenDurable(_ ticket: UInt64, _ done: @escaping @Sendable (String?) -> Void) { done(nil) }
 }
 
 private let errorMarker = Array(#""method":"error.error""#.utf8)

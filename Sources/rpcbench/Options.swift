@@ -51,7 +51,8 @@ struct Options {
           --idle N           open N idle connections to a spawned daemon, report its RSS per connection
           --recovery N       write N mutations, stop the daemon, time its restart until "listening on"
           --in-process N     no sockets: run N requests of the workload through the dispatcher on this thread
-                             (for profiling the decode-dispatch-encode path; run it under valgrind --tool=callgrind)
+                             (for profiling the decode-dispatch-encode path; run it under valgrind --tool=callgrind);
+                             mutations are journaled to memory; with --keys both, prints RATIO keyed/unkeyed
           --list-after-insert N  no sockets: create N users, then time rounds of createUser + listUsers {limit:1}
         Prints a table, then: RESULT workload=… conns=… depth=… rps=… p50_us=… p99_us=… p999_us=… errors=…
         (rows for --compare: RESULT target=redis|floor workload=… and the same fields; with --followers,
