@@ -88,6 +88,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         for state in loopStates { state.startIdleSweep(seconds: idleTimeout, log: log) }
         for (loop, (turn, state)) in zip(loops.loops, zip(turns, loopStates)) {
             loop.onTurnEnd = { [unowned self] in finish(turn, state) }
+            loop.lingers = true
             try loop.onWake { [released = state.released] in released.deliver() }
         }
     }

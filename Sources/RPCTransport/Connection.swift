@@ -110,6 +110,8 @@ public final class Connection: @unchecked Sendable {
     private var held: [(slot: UInt64, bytes: [UInt8]?)] = []
     /// Owners that will send replies later in this turn (`beginDeferredReplies`).
     private var deferrals = 0
+    /// Why the connection closes once its output is sent (`closeAfterFlush`).
+    private var finishingReason: CloseReason?
     private var heldBytes = 0
     private var nextSlot: UInt64 = 0
 
@@ -379,7 +381,9 @@ public final class Connection: @unchecked Sendable {
     // MARK: - Closing
 
     private func closeIfFinished() {
-        if readClosed && deferrals == 0 && held.isEmpty && outbound.isEmpty && closeReason == nil { close(.finished) }
+        if readClosed && deferrals == 0 && held.isEmpty && outbound.isEmpty && closeReason == nil {
+            close(finishingReason ?? .finished)
+        }
     }
 
     /// Tells the connection that replies to lines it delivered will be sent later in this loop
@@ -416,10 +420,19 @@ public final class Connection: @unchecked Sendable {
         context = nil
     }
 
-    /// Sends what is pending (up to what the peer takes now), then closes: for a last error line.
-    public func closeAfterFlush(_ reason: CloseReason) {
+    /// Stops reading, sends everything pending (a last error line included), then closes with
+    /// `reason`; a peer that does not take it all within `deadline` seconds is closed anyway.
+    public func closeAfterFlush(_ reason: CloseReason, deadline: Double = 5) {
         loop.preconditionOnLoop()
+        guard closeReason == nil else { return }
         flush()
-        close(reason)
+        guard closeReason == nil else { return }
+        if outbound.isEmpty && held.isEmpty { return close(reason) }
+        finishingReason = reason
+        readClosed = true
+        updateInterest()
+        queue.asyncAfter(deadline: .now() + deadline) { [self] in
+            if closeReason == nil { close(reason) }
+        }
     }
 }

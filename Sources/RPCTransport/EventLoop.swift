@@ -48,6 +48,9 @@ public final class EventLoop: @unchecked Sendable {
     /// not help: its replies wait for something else anyway (an fsync), and requests that
     /// gather meanwhile are better served together. Cleared at each turn's start.
     public var lingerDeclined = false
+    /// Whether turns linger at all (off by default: a client's loop, whose own sends arrive by
+    /// `queue.async`, would delay them by a linger). Set before connections are added.
+    public var lingers = false
 
     /// A pipe in the epoll set that `wake()` writes to (nil until `onWake(_:)`), and what to run then.
     private var wakePipe: (read: Int32, write: Int32)?
@@ -120,7 +123,8 @@ public final class EventLoop: @unchecked Sendable {
 
     /// Serves every ready connection; another turn follows while the set stays ready.
     ///
-    /// A turn that served something then lingers: it answers what it read (`onTurnEnd`) and waits
+    /// With `lingers` set (the server's loops), a turn that served something then lingers: it
+    /// answers what it read (`onTurnEnd`) and waits
     /// in the kernel, up to `lingerNanoseconds`, for the next event, serving it on this thread.
     /// Under load the next request is microseconds away, and waking this thread from epoll costs
     /// one wake-up where returning to libdispatch costs two (its manager thread sees the epoll fd,
@@ -133,12 +137,12 @@ public final class EventLoop: @unchecked Sendable {
         let started = now
         lingerDeclined = false
         var served = serveReady(waitNanoseconds: 0)
-        var lingers = 0
-        while served > 0 && lingers < Self.maxLingers && now &- started < Self.maxTurnNanoseconds {
+        var waits = 0
+        while lingers && served > 0 && waits < Self.maxLingers && now &- started < Self.maxTurnNanoseconds {
             onTurnEnd?()
             if lingerDeclined { break }
             served = serveReady(waitNanoseconds: Self.lingerNanoseconds)
-            lingers += 1
+            waits += 1
         }
         inTurn = false
         onTurnEnd?()

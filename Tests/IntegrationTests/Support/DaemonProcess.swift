@@ -7,6 +7,8 @@ import Glibc
 /// and in `deinit`, so no daemon outlives its test.
 final class DaemonProcess {
     let process: Process
+    /// The daemon's exit, reaped by the test itself (see `ChildExit`).
+    private let exit: ChildExit
     let dataDir: URL
     /// Every `listening on HOST:PORT` seen, in order.
     let listeners: [(host: String, port: Int)]
@@ -38,6 +40,7 @@ final class DaemonProcess {
         arguments += extraArguments
 
         process = Process()
+        exit = ChildExit(process)
         process.executableURL = binary
         process.arguments = arguments
         if !environment.isEmpty {
@@ -62,8 +65,8 @@ final class DaemonProcess {
         let seen = DaemonProcess.parseListeners(stderrDrain.text)
         if !found || seen.count < want {
             let text = stderrDrain.text
-            let state = process.isRunning ? "still running" : "exited with \(process.terminationStatus)"
-            if process.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) }
+            let state = exit.poll().map { "exited with \($0.code)" } ?? "still running"
+            if exit.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) }
             if ownsDataDir { try? FileManager.default.removeItem(at: dataDir) }
             throw HarnessError(
                 "rpcd \(arguments.joined(separator: " ")) did not print \(want) `listening on HOST:PORT` "
@@ -73,7 +76,10 @@ final class DaemonProcess {
     }
 
     deinit {
-        if process.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) }
+        if exit.isRunning {
+            Glibc.kill(process.processIdentifier, SIGKILL)
+            exit.wait(timeout: 5)  // reaped: no zombie left behind
+        }
         if ownsDataDir { try? FileManager.default.removeItem(at: dataDir) }
     }
 
@@ -107,34 +113,26 @@ final class DaemonProcess {
         return text.count <= maxBytes ? text : "…" + String(text.suffix(maxBytes))
     }
 
-    var isRunning: Bool { process.isRunning }
+    var isRunning: Bool { exit.isRunning }
 
     func terminate() { signal(SIGTERM) }
     func interrupt() { signal(SIGINT) }
     func kill() { signal(SIGKILL) }
     func signal(_ sig: Int32) {
-        if process.isRunning { _ = Glibc.kill(process.processIdentifier, sig) }
+        if exit.isRunning { _ = Glibc.kill(process.processIdentifier, sig) }
     }
 
     /// The exit status once the process exited within `timeout` seconds, else nil. A death by signal
     /// is reported shell-style as 128 + signal number.
     func waitForExit(timeout: Double) -> Int32? {
-        let deadline = Date().addingTimeInterval(timeout)
-        while process.isRunning {
-            if Date() >= deadline { return nil }
-            usleep(10_000)
-        }
-        // Foundation may flip isRunning a moment before it fills in the status.
-        process.waitUntilExit()
+        guard exit.wait(timeout: timeout) != nil else { return nil }
         return exitDescription.code
     }
 
     /// (code, text) for a process that exited; code is 128 + signal for a death by signal.
     var exitDescription: (code: Int32, text: String) {
-        if process.terminationReason == .uncaughtSignal {
-            return (128 + process.terminationStatus, "killed by signal \(process.terminationStatus)")
-        }
-        return (process.terminationStatus, "exit \(process.terminationStatus)")
+        guard let ended = exit.poll() else { return (-1, "still running") }
+        return ended.signaled ? (128 + ended.code, "killed by signal \(ended.code)") : (ended.code, "exit \(ended.code)")
     }
 
     /// Kills the daemon and waits for it to go.

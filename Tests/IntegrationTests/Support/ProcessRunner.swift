@@ -36,16 +36,13 @@ func runProcess(
         try? writer.write(contentsOf: Data(stdin.utf8))
         try? writer.close()
     }
-    let deadline = Date().addingTimeInterval(timeout)
-    while process.isRunning && Date() < deadline { usleep(5_000) }
+    let exit = ChildExit(process)
     var status: Int32?
-    if process.isRunning {
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
+    if let ended = exit.wait(timeout: timeout) {
+        status = ended.signaled ? 128 + ended.code : ended.code
     } else {
-        process.waitUntilExit()
-        status = process.terminationReason == .uncaughtSignal
-            ? 128 + process.terminationStatus : process.terminationStatus
+        kill(process.processIdentifier, SIGKILL)
+        exit.wait(timeout: 10)
     }
     out.waitForEOF(timeout: 2)
     err.waitForEOF(timeout: 2)

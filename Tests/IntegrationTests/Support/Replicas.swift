@@ -124,7 +124,7 @@ enum Replicas {
         }
     }
 
-    /// The sequence number `daemon`'s snapshot covers (0: none) once compaction has settled: the
+    /// The sequence number `daemon`'s snapshot covers once a compaction happened and settled: the
     /// same in two looks 50 ms apart, with no `journal.next.jsonl` (a compaction under way).
     static func settledSnapshotSequence(_ daemon: DaemonProcess, timeout: Double = 20) throws -> Int {
         var last = -1
@@ -133,7 +133,9 @@ enum Replicas {
             let probe = try Reply(LineClient(port: daemon.port).request(#"{"id":"f","method":"replication.subscribe"}"#))
             (last, now) = (now, probe.param?["snapshotSequence"] as? Int ?? 0)
             let next = daemon.dataDir.appendingPathComponent("journal.next.jsonl").path
-            return now == last && !FileManager.default.fileExists(atPath: next)
+            // At least one compaction done: callers wrote far past --compact-after-bytes, and the
+            // compaction they started may not have rotated the journal yet.
+            return now > 0 && now == last && !FileManager.default.fileExists(atPath: next)
         }
         return now
     }

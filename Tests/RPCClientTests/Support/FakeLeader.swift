@@ -42,7 +42,14 @@ final class FakeLeader: @unchecked Sendable {
     }
 
     deinit {
-        if peerFD >= 0 { shutdown(peerFD, Int32(SHUT_RDWR)) }  // the collecting thread closes it
+        // The fd is closed here only, once the collecting thread is done with it: closed any
+        // earlier, its number could be reused by another test's socket, which this leader's
+        // later sends, hang-up or shutdown would then hit (tests run in parallel).
+        if peerFD >= 0 {
+            shutdown(peerFD, Int32(SHUT_RDWR))
+            _ = try? wait(5, "the collecting thread's end") { ended ? true : nil }
+            close(peerFD)
+        }
         close(listenFD)
     }
 
@@ -73,7 +80,6 @@ final class FakeLeader: @unchecked Sendable {
                 condition.broadcast()
             }
         }
-        close(fd)
         condition.withLock {
             ended = true
             condition.broadcast()
