@@ -361,8 +361,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         var index = 0
         var durable: UInt64 = 0
         var waiting: [(connection: Connection, slot: UInt64, reply: [UInt8], id: String, form: WireForm)] = []
-        let entries = turn.entries
-        while index < entries.count {
+        while index < turn.entries.count {
             turn.out.removeAll(keepingCapacity: true)
             turn.outcomes.removeAll(keepingCapacity: true)
             if nextCall < turn.calls.count {
@@ -370,8 +369,8 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             }
             var ran = 0
             var start = 0
-            delivering: while index < entries.count {
-                let entry = entries[index]
+            delivering: while index < turn.entries.count {
+                let entry = turn.entries[index]
                 let served: Dispatcher.Served
                 let reply: ArraySlice<UInt8>
                 switch entry.kind {
@@ -404,7 +403,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         if !waiting.isEmpty, let durability {
             // These replies wait for the journal: requests that arrive meanwhile are better read
             // in one turn (more mutations per fsync) than one by one as they come.
-            entries.first?.connection.loop.lingerDeclined = true
+            stats.loop.lingerDeclined = true
             // Tickets grow with the journal: the turn's last is durable only after every earlier one.
             let released = stats.released
             durability.whenDurable(durable) { [waiting] failure in
@@ -421,7 +420,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
                 }
             }
         }
-        for connection in turn.reset() { connection.endDeferredReplies() }
+        turn.reset { $0.endDeferredReplies() }
     }
 
     /// Sends a reply, or, when it alone is past the output cap, an error that says to page: a

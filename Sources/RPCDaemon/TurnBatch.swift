@@ -42,7 +42,6 @@ final class TurnBatch: @unchecked Sendable {
     var outcomes: [(served: Dispatcher.Served, end: Int)] = []
     /// The connections told to expect deferred replies (`beginDeferredReplies`).
     private var deferring: [Connection] = []
-    private var deferringIDs: Set<ObjectIdentifier> = []
 
     /// The most requests a batch gathers before it is run (the rest of the turn starts another).
     static let maxEntries = 512
@@ -53,23 +52,22 @@ final class TurnBatch: @unchecked Sendable {
     var isFull: Bool { entries.count >= Self.maxEntries }
 
     func add(_ entry: Entry) {
-        if deferring.last !== entry.connection, deferringIDs.insert(ObjectIdentifier(entry.connection)).inserted {
+        // A batch holds one peer's read, so this is nearly always the last one (no hashing).
+        if deferring.last !== entry.connection, !deferring.contains(where: { $0 === entry.connection }) {
             entry.connection.beginDeferredReplies()
             deferring.append(entry.connection)
         }
         entries.append(entry)
     }
 
-    /// Empties the batch; returns the connections to tell that their replies are out.
-    func reset() -> [Connection] {
-        let done = deferring
+    /// Empties the batch, calling `done` with each connection told to expect deferred replies.
+    func reset(_ done: (Connection) -> Void) {
+        for connection in deferring { done(connection) }
         entries.removeAll(keepingCapacity: entries.capacity <= Self.maxEntries * 2)
         calls.removeAll(keepingCapacity: calls.capacity <= Self.maxEntries * 2)
         staged.removeAll(keepingCapacity: staged.capacity <= Self.maxReplyBytes)
         out.removeAll(keepingCapacity: out.capacity <= 2 * Self.maxReplyBytes)
         outcomes.removeAll(keepingCapacity: true)
         deferring.removeAll(keepingCapacity: true)
-        deferringIDs.removeAll(keepingCapacity: true)
-        return done
     }
 }
