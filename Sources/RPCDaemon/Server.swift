@@ -42,7 +42,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     let journalStats: (@Sendable () -> JournalStats)?
     /// Per-loop connections and counters, by loop identity (immutable after init).
     private let loopStates: [LoopState]
-    /// Per-loop requests of the current turn, answered at its end (by loop index).
+    /// Per-loop requests of the read under way, answered when it is done (by loop index).
     private let turns: [TurnBatch]
 
     /// Unfinished lines all peers together may hold before the largest holders are shed.
@@ -352,7 +352,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         (connection.context as? SessionBox)?.subscriber?.pump()
     }
 
-    /// Answers a turn's batch: runs its calls under one hold of the state lock (a bounded amount
+    /// Answers a batch (a read's requests): runs its calls under one hold of the state lock (a bounded amount
     /// of reply bytes at a time), sends every reply in the order its request came, and has the
     /// mutations wait for the journal with one waiter. On the loop's queue.
     private func finish(_ turn: TurnBatch, _ stats: LoopState) {
