@@ -352,9 +352,9 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         (connection.context as? SessionBox)?.subscriber?.pump()
     }
 
-    /// Answers a batch (a read's requests): runs its calls under one hold of the state lock (a bounded amount
-    /// of reply bytes at a time), sends every reply in the order its request came, and has the
-    /// mutations wait for the journal with one waiter. On the loop's queue.
+    /// Answers a batch (a read's requests): runs its calls under one hold of the state lock (a
+    /// bounded amount of reply bytes at a time), sends every reply in the order its request came,
+    /// and has the mutations wait for the journal with one waiter. On the loop's queue.
     private func finish(_ turn: TurnBatch, _ stats: LoopState) {
         guard !turn.isEmpty else { return }
         var nextCall = 0
