@@ -44,9 +44,9 @@ public final class EventLoop: @unchecked Sendable {
     /// Whether a turn is under way (lines delivered outside one, e.g. after `resumeReading`, get
     /// no `onTurnEnd`).
     public private(set) var inTurn = false
-    /// Set by the owner during a turn (in `onTurnEnd`) when waiting for the next event now would
-    /// not help: its replies wait for something else anyway (an fsync), and requests that
-    /// gather meanwhile are better served together. Cleared at each turn's start.
+    /// Set by the owner during a turn (while serving, or in `onTurnEnd`) when waiting for the
+    /// next event would not help: its replies wait for something else anyway (an fsync), and
+    /// requests that gather meanwhile are better served together. Cleared at each turn's start.
     public var lingerDeclined = false
     /// Whether turns linger at all (off by default: a client's loop, whose own sends arrive by
     /// `queue.async`, would delay them by a linger). Set before connections are added.
@@ -124,8 +124,8 @@ public final class EventLoop: @unchecked Sendable {
     /// Serves every ready connection; another turn follows while the set stays ready.
     ///
     /// With `lingers` set (the server's loops), a turn that served something then lingers: it
-    /// answers what it read (`onTurnEnd`) and waits
-    /// in the kernel, up to `lingerNanoseconds`, for the next event, serving it on this thread.
+    /// answers what it read (`onTurnEnd`) and waits in the kernel, up to `lingerNanoseconds`, for
+    /// the next event, serving it on this thread.
     /// Under load the next request is microseconds away, and waking this thread from epoll costs
     /// one wake-up where returning to libdispatch costs two (its manager thread sees the epoll fd,
     /// then hands the source to a worker) and two context switches. The linger is bounded
