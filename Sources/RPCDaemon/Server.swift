@@ -272,18 +272,8 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         case .reply:
             send(box.scratch[...], id: requestID, form: box.session.form ?? .canonical, on: connection)
         case .replyAfter(let ticket, let id):
-            let slot = connection.reserve()
-            let reply = box.scratch
-            let form = box.session.form ?? .canonical
-            let released = loopState(connection).released
-            durability?.whenDurable(ticket) { failure in
-                guard let failure else { return released.add(connection, slot: slot, reply: reply) }
-                var error: [UInt8] = []
-                RequestCodec.encodeError(
-                    id: id, .internal("the change was applied but not saved: \(failure); it may be lost on restart"),
-                    form: form, into: &error)
-                released.add(connection, slot: slot, reply: error)
-            }
+            let waiting = DurableReply(connection, connection.reserve(), box.scratch, id, box.session.form ?? .canonical)
+            release([waiting], after: ticket, to: loopState(connection).released)
         case .replyLater(let start):
             let slot = connection.reserve()
             start { line in connection.queue.async { connection.fill(slot, with: line) } }
@@ -360,7 +350,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         var nextCall = 0
         var index = 0
         var durable: UInt64 = 0
-        var waiting: [(connection: Connection, slot: UInt64, reply: [UInt8], id: String, form: WireForm)] = []
+        var waiting: [DurableReply] = []
         while index < turn.entries.count {
             turn.out.removeAll(keepingCapacity: true)
             turn.outcomes.removeAll(keepingCapacity: true)
@@ -400,27 +390,35 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
                 }
             }
         }
-        if !waiting.isEmpty, let durability {
+        if !waiting.isEmpty {
             // These replies wait for the journal: requests that arrive meanwhile are better read
             // in one turn (more mutations per fsync) than one by one as they come.
             stats.loop.lingerDeclined = true
-            // Tickets grow with the journal: the turn's last is durable only after every earlier one.
-            let released = stats.released
-            durability.whenDurable(durable) { [waiting] failure in
-                for item in waiting {
-                    guard let failure else {
-                        released.add(item.connection, slot: item.slot, reply: item.reply)
-                        continue
-                    }
-                    var error: [UInt8] = []
-                    RequestCodec.encodeError(
-                        id: item.id, .internal("the change was applied but not saved: \(failure); it may be lost on restart"),
-                        form: item.form, into: &error)
-                    released.add(item.connection, slot: item.slot, reply: error)
-                }
-            }
+            // Tickets grow with the journal: the batch's last is durable only after every earlier one.
+            release(waiting, after: durable, to: stats.released)
         }
         turn.reset { $0.endDeferredReplies() }
+    }
+
+    /// A reply held in its reserved slot until the journal has its mutation.
+    private typealias DurableReply = (connection: Connection, slot: UInt64, reply: [UInt8], id: String, form: WireForm)
+
+    /// Fills each reply's slot once `ticket` is durable, or, if it never can be, with an error
+    /// saying the change may be lost.
+    private func release(_ waiting: [DurableReply], after ticket: UInt64, to released: ReleasedReplies) {
+        durability?.whenDurable(ticket) { failure in
+            for item in waiting {
+                guard let failure else {
+                    released.add(item.connection, slot: item.slot, reply: item.reply)
+                    continue
+                }
+                var error: [UInt8] = []
+                RequestCodec.encodeError(
+                    id: item.id, .internal("the change was applied but not saved: \(failure); it may be lost on restart"),
+                    form: item.form, into: &error)
+                released.add(item.connection, slot: item.slot, reply: error)
+            }
+        }
     }
 
     /// Sends a reply, or, when it alone is past the output cap, an error that says to page: a

@@ -111,7 +111,6 @@ public final class Dispatcher: @unchecked Sendable {
     public struct Call: @unchecked Sendable {
         // @unchecked: `prepared` is a closure over the decoded param, run once under the state lock.
         let id: String
-        let method: RPCMethod
         let result: RPCMethod
         let form: WireForm
         let prepared: MethodTable<Entities>.Prepared
@@ -159,7 +158,7 @@ public final class Dispatcher: @unchecked Sendable {
                 DispatchTime.now().uptimeNanoseconds)
         }
         return .call(Call(
-            id: request.id, method: request.method, result: entry.result, form: form, prepared: prepared,
+            id: request.id, result: entry.result, form: form, prepared: prepared,
             isMutation: entry.isMutation, body: entry.isMutation && log != nil ? JournalRecord.Body(request) : nil,
             keyed: keyed))
     }
