@@ -229,7 +229,7 @@ public final class Dispatcher: @unchecked Sendable {
         guard call.isMutation else { return (nil, nil) }
         let seq = call.body.flatMap { log?.record($0) }
         if let keyed = call.keyed {
-            state.keys.remember(keyed.key, .init(digest: keyed.digest, reply: Array(out[start...]), seq: seq ?? 0), now: keyed.now)
+            state.keys.remember(keyed.key, digest: keyed.digest, reply: out[start...], seq: seq ?? 0, now: keyed.now)
         }
         return (nil, seq)
     }
@@ -327,7 +327,7 @@ public final class Dispatcher: @unchecked Sendable {
         let start = out.count
         if let error = prepared(&state, &out) { return .failed(error) }
         if let (key, digest) = keyed {
-            state.keys.remember(key, .init(digest: digest, reply: Array(out[start...]), seq: seq), now: now)
+            state.keys.remember(key, digest: digest, reply: out[start...], seq: seq, now: now)
         }
         return .applied(ticket: body.flatMap { log?.record($0, at: seq) })
     }

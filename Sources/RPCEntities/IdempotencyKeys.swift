@@ -4,11 +4,18 @@ import RPCSchema
 /// instead of running twice. Part of the entity state: guarded by the dispatcher's lock, rebuilt
 /// by journal replay (keyed records carry their key) and written into snapshots.
 ///
-/// Bounded: at most `limit` keys and none older than `window`; the oldest go first. Kept in 64
-/// shards, and the arrival order in chunks, so that after compaction takes a copy-on-write copy of
-/// the state, the next keyed mutation copies one shard and one chunk, not the whole table.
+/// Bounded: at most `limit` keys and none older than `window`; the oldest go first.
+///
+/// Laid out for a table that only grows at its end and shrinks at its start, and is looked up
+/// mostly for keys it does not hold (a first attempt):
+/// - the entries, in arrival order, in fixed chunks (appended, dropped a chunk at a time);
+/// - the replies' bytes, in arrival order, in byte chunks (no allocation per key);
+/// - an index of 64 open-addressing shards of 8-byte slots (an entry's number and a tag of its
+///   hash), so a miss reads one cache line and never the key.
+/// After compaction takes a copy-on-write copy of the state, the next keyed mutation copies one
+/// index shard, one entry chunk and one byte chunk, never the whole table.
 public struct IdempotencyKeys: Sendable {
-    /// What a key remembers: 40 bytes, besides the reply's bytes.
+    /// What a key remembers.
     public struct Outcome: Sendable, Equatable {
         /// `digest(method:param:)` of the first request: the same key with another method or param is `keyReused`.
         public var digest: UInt64
@@ -20,8 +27,6 @@ public struct IdempotencyKeys: Sendable {
         /// The journal sequence number of the applied mutation (0: none); a retry is answered
         /// once it is durable, like the first attempt.
         public var seq: UInt64
-        /// Uptime in nanoseconds when remembered (replay stamps the replay time).
-        var at: UInt64 = 0
 
         public init(digest: UInt64, reply: [UInt8], failed: Bool = false, seq: UInt64) {
             self.digest = digest
@@ -40,15 +45,20 @@ public struct IdempotencyKeys: Sendable {
 
         /// An outcome for a failed first attempt.
         public static func failure(_ error: RPCError, digest: UInt64) -> Outcome {
+            Outcome(digest: digest, reply: failureReply(error), failed: true, seq: 0)
+        }
+
+        /// The `error.error` param of `error`, as remembered for a failed first attempt.
+        static func failureReply(_ error: RPCError) -> [UInt8] {
             let param = JSONValue.object(JSONObject([("errorMessage", .string(error.errorMessage)), ("code", .string(error.code.rawValue))]))
             var bytes: [UInt8] = []
             JSONWriter.write(param, into: &bytes)
-            return Outcome(digest: digest, reply: bytes, failed: true, seq: 0)
+            return bytes
         }
     }
 
-    /// A key with its hash computed once, before the state lock is taken: the shard, the lookup
-    /// and the insert then hash one word instead of the key's bytes three times.
+    /// A key with its hash computed once, before the state lock is taken: the shard, the slot and
+    /// the tag come from it, and the key's bytes are compared only when a tag matches.
     public struct Key: Hashable, Sendable {
         public let id: ExactID
         let hash: Int
@@ -60,17 +70,58 @@ public struct IdempotencyKeys: Sendable {
 
         public init(_ string: String) { self.init(ExactID(string)) }
 
+        /// A key with a chosen hash (tests: collisions).
+        init(_ id: ExactID, hash: Int) {
+            self.id = id
+            self.hash = hash
+        }
+
         public static func == (a: Key, b: Key) -> Bool { a.hash == b.hash && a.id == b.id }
         public func hash(into hasher: inout Hasher) { hasher.combine(hash) }
+
+        @inline(__always) var shard: Int { hash & (IdempotencyKeys.shardCount - 1) }
+        @inline(__always) var home: Int { Int(truncatingIfNeeded: UInt(bitPattern: hash) >> 6) }
+        @inline(__always) var tag: UInt64 { UInt64(UInt(bitPattern: hash) >> 48) & 0xFFFF }
     }
 
-    private static var shardCount: Int { 64 }
-    private static var chunkSize: Int { 4096 }
-    private var shards = [[Key: Outcome]](repeating: [:], count: IdempotencyKeys.shardCount)
-    /// Keys in the order they were remembered, with when, in chunks; `head` is the oldest's index in
-    /// the first. The time is here too, so checking the oldest's age costs no hash lookup.
-    private var order: [[(key: Key, at: UInt64)]] = []
+    /// One remembered key: 64 bytes, its reply's bytes in `bytes`.
+    struct Entry: Sendable {
+        let key: Key
+        let digest: UInt64
+        let seq: UInt64
+        /// Uptime in nanoseconds when remembered (replay stamps the replay time).
+        let at: UInt64
+        /// The reply: the byte chunk's number, where it starts in it, its length.
+        let chunk: UInt32
+        let offset: UInt32
+        let count: UInt32
+        let failed: Bool
+    }
+
+    static var shardCount: Int { 64 }
+    private static var entryChunkSize: Int { 4096 }
+    private static var byteChunkSize: Int { 256 * 1024 }
+    /// Slots hold `number | tag << 48`, where `number` is the entry's number plus one (0: empty).
+    private static var numberMask: UInt64 { (1 << 48) - 1 }
+    private static var tombstone: UInt64 { numberMask }
+    /// Entry numbers are renumbered from 0 before they reach this (never, in practice).
+    static var numberLimit: UInt64 { (1 << 47) }
+
+    private struct Shard: Sendable {
+        var slots: [UInt64] = []
+        /// Live slots, and live plus tombstones.
+        var live = 0
+        var used = 0
+    }
+
+    private var shards = [Shard](repeating: Shard(), count: IdempotencyKeys.shardCount)
+    /// The entries in arrival order; `entries[0][head]` is the oldest, numbered `base + head`.
+    private var entries: [[Entry]] = []
     private var head = 0
+    private var base: UInt64 = 0
+    /// The replies' bytes; `bytes[0]` is chunk number `bytesBase`.
+    private var bytes: [[UInt8]] = []
+    private var bytesBase: UInt32 = 0
     public private(set) var count = 0
     /// Retries answered from the table, and keys forgotten by age or count.
     public private(set) var hits = 0
@@ -91,31 +142,28 @@ public struct IdempotencyKeys: Sendable {
         seconds * 1e9 < Double(UInt64.max / 2) ? UInt64(max(0, seconds) * 1e9) : UInt64.max / 2
     }
 
-    @inline(__always)
-    private static func shard(_ key: Key) -> Int { key.hash & (shardCount - 1) }
+    // MARK: - The interface
 
     /// The outcome remembered for `key`, counting a hit.
     public mutating func lookup(_ key: Key, now: UInt64) -> Outcome? {
         evictExpired(now: now)
-        guard let outcome = shards[Self.shard(key)][key] else { return nil }
+        guard let number = find(key) else { return nil }
         hits += 1
-        return outcome
+        let entry = self.entry(number)
+        return Outcome(digest: entry.digest, reply: Array(reply(of: entry)), failed: entry.failed, seq: entry.seq)
     }
 
-    /// Remembers `outcome` for `key` (a new key: callers look up first).
+    /// Remembers `outcome` for `key` (a new key: callers look up first; a key already held keeps
+    /// its first outcome).
     public mutating func remember(_ key: Key, _ outcome: Outcome, now: UInt64) {
-        guard limit > 0 else { return }
-        var outcome = outcome
-        outcome.at = now
-        if shards[Self.shard(key)].updateValue(outcome, forKey: key) == nil {
-            count += 1
-            if order.isEmpty || order[order.count - 1].count == Self.chunkSize {
-                order.append([])
-                order[order.count - 1].reserveCapacity(Self.chunkSize)
-            }
-            order[order.count - 1].append((key, now))
+        outcome.reply.withUnsafeBytes { reply in
+            remember(key, digest: outcome.digest, reply: reply, failed: outcome.failed, seq: outcome.seq, now: now)
         }
-        while count > limit { evictOldest() }
+    }
+
+    /// Remembers a successful outcome whose reply is `reply` (copied into the table).
+    public mutating func remember(_ key: Key, digest: UInt64, reply: ArraySlice<UInt8>, seq: UInt64, now: UInt64) {
+        reply.withUnsafeBytes { reply in remember(key, digest: digest, reply: reply, failed: false, seq: seq, now: now) }
     }
 
     public mutating func lookup(_ key: ExactID, now: UInt64) -> Outcome? { lookup(Key(key), now: now) }
@@ -131,34 +179,179 @@ public struct IdempotencyKeys: Sendable {
 
     /// Forgets keys older than the window.
     public mutating func evictExpired(now: UInt64) {
-        while let oldest = oldestEntry, now &- oldest.at > window {
+        while count > 0, now &- entries[0][head].at > window {
             evictOldest()
-        }
-    }
-
-    private var oldestEntry: (key: Key, at: UInt64)? { order.first.flatMap { head < $0.count ? $0[head] : nil } }
-    private var oldestKey: Key? { oldestEntry?.key }
-
-    private mutating func evictOldest() {
-        guard let oldest = oldestKey else { return }
-        if shards[Self.shard(oldest)].removeValue(forKey: oldest) != nil {
-            count -= 1
-            evictions += 1
-        }
-        head += 1
-        if head == order[0].count {
-            order.removeFirst()
-            head = 0
         }
     }
 
     /// Every remembered success, oldest first (for snapshots; failures are not kept across restarts).
     public func forEachApplied(_ body: (ExactID, Outcome) -> Void) {
-        for (index, chunk) in order.enumerated() {
-            for (key, _) in chunk[(index == 0 ? head : 0)...] {
-                if let outcome = shards[Self.shard(key)][key], !outcome.failed { body(key.id, outcome) }
+        forEachApplied { key, digest, seq, reply in body(key, Outcome(digest: digest, reply: Array(reply), seq: seq)) }
+    }
+
+    /// Every remembered success, oldest first, with its reply's bytes in place.
+    public func forEachApplied(
+        _ body: (_ key: ExactID, _ digest: UInt64, _ seq: UInt64, _ reply: UnsafeRawBufferPointer) throws -> Void
+    ) rethrows {
+        for (index, chunk) in entries.enumerated() {
+            for entry in chunk[(index == 0 ? head : 0)...] where !entry.failed {
+                try bytes[Int(entry.chunk &- bytesBase)].withUnsafeBytes { all in
+                    try body(entry.key.id, entry.digest, entry.seq, UnsafeRawBufferPointer(rebasing: all[Int(entry.offset)..<Int(entry.offset) + Int(entry.count)]))
+                }
             }
         }
+    }
+
+    // MARK: - Entries and bytes
+
+    private mutating func remember(_ key: Key, digest: UInt64, reply: UnsafeRawBufferPointer, failed: Bool, seq: UInt64, now: UInt64) {
+        guard limit > 0, find(key) == nil else { return }
+        if base &+ UInt64(head) &+ UInt64(count) >= Self.numberLimit { renumber() }
+        let (chunk, offset) = store(reply)
+        let entry = Entry(
+            key: key, digest: digest, seq: seq, at: now, chunk: chunk, offset: offset, count: UInt32(reply.count), failed: failed)
+        if entries.isEmpty || entries[entries.count - 1].count == Self.entryChunkSize {
+            entries.append([])
+            entries[entries.count - 1].reserveCapacity(Self.entryChunkSize)
+        }
+        entries[entries.count - 1].append(entry)
+        let number = base &+ UInt64(head) &+ UInt64(count)
+        count += 1
+        insert(key, number: number)
+        while count > limit { evictOldest() }
+    }
+
+    /// Entry `number` (live).
+    @inline(__always)
+    private func entry(_ number: UInt64) -> Entry {
+        let position = Int(number &- base)
+        return entries[position / Self.entryChunkSize][position % Self.entryChunkSize]
+    }
+
+    private func reply(of entry: Entry) -> ArraySlice<UInt8> {
+        bytes[Int(entry.chunk &- bytesBase)][Int(entry.offset)..<Int(entry.offset) + Int(entry.count)]
+    }
+
+    /// Appends `reply` to the last byte chunk (a new one when it does not fit: its own size when
+    /// larger than a chunk); returns the chunk's number and where the reply starts.
+    private mutating func store(_ reply: UnsafeRawBufferPointer) -> (chunk: UInt32, offset: UInt32) {
+        if bytes.isEmpty || bytes[bytes.count - 1].capacity - bytes[bytes.count - 1].count < reply.count {
+            var chunk: [UInt8] = []
+            chunk.reserveCapacity(max(Self.byteChunkSize, reply.count))
+            bytes.append(chunk)
+        }
+        let last = bytes.count - 1
+        let offset = bytes[last].count
+        bytes[last].append(contentsOf: reply)
+        return (bytesBase &+ UInt32(truncatingIfNeeded: last), UInt32(offset))
+    }
+
+    private mutating func evictOldest() {
+        guard count > 0 else { return }
+        let oldest = entries[0][head]
+        remove(oldest.key, number: base &+ UInt64(head))
+        count -= 1
+        evictions += 1
+        head += 1
+        if head == Self.entryChunkSize || count == 0 {
+            entries.removeFirst()
+            base &+= UInt64(head)
+            head = 0
+        }
+        if count == 0 {
+            bytes.removeAll()
+            bytesBase = 0
+            return
+        }
+        // Byte chunks before the oldest live entry's hold only forgotten replies.
+        let needed = entries[0][head].chunk
+        while bytesBase != needed && bytes.count > 1 {
+            bytes.removeFirst()
+            bytesBase &+= 1
+        }
+    }
+
+    /// Numbers the live entries from `first` on (from 0 once numbers near `numberLimit`; tests
+    /// start near it) and rebuilds the index.
+    mutating func renumber(from first: UInt64 = 0) {
+        base = first &- UInt64(head)
+        for index in shards.indices { shards[index] = Shard() }
+        var number = first
+        for (index, chunk) in entries.enumerated() {
+            for entry in chunk[(index == 0 ? head : 0)...] {
+                insert(entry.key, number: number)
+                number += 1
+            }
+        }
+    }
+
+    var entryNumberOfOldest: UInt64? { count > 0 ? base &+ UInt64(head) : nil }
+
+    // MARK: - The index
+
+    /// The number of the entry holding `key`.
+    private func find(_ key: Key) -> UInt64? {
+        let shard = shards[key.shard]
+        guard shard.live > 0 else { return nil }
+        return shard.slots.withUnsafeBufferPointer { slots in
+            let mask = slots.count - 1
+            let tag = key.tag
+            var i = key.home & mask
+            while true {
+                let slot = slots[i]
+                if slot == 0 { return nil }
+                if slot >> 48 == tag && slot & Self.numberMask != Self.tombstone {
+                    let number = (slot & Self.numberMask) &- 1
+                    if entry(number).key == key { return number }
+                }
+                i = (i + 1) & mask
+            }
+        }
+    }
+
+    private mutating func insert(_ key: Key, number: UInt64) {
+        let s = key.shard
+        if (shards[s].used + 1) * 2 > shards[s].slots.count { rebuild(s, forLive: shards[s].live + 1) }
+        let value = (number &+ 1) | key.tag << 48
+        let mask = shards[s].slots.count - 1
+        var i = key.home & mask
+        let fresh = shards[s].slots.withUnsafeMutableBufferPointer { slots in
+            while slots[i] != 0 && slots[i] & Self.numberMask != Self.tombstone { i = (i + 1) & mask }
+            defer { slots[i] = value }
+            return slots[i] == 0
+        }
+        if fresh { shards[s].used += 1 }
+        shards[s].live += 1
+    }
+
+    private mutating func remove(_ key: Key, number: UInt64) {
+        let s = key.shard
+        let value = (number &+ 1) | key.tag << 48
+        let mask = shards[s].slots.count - 1
+        var i = key.home & mask
+        shards[s].slots.withUnsafeMutableBufferPointer { slots in
+            while slots[i] != value {
+                precondition(slots[i] != 0, "an idempotency key's entry is missing from its index")
+                i = (i + 1) & mask
+            }
+            slots[i] = Self.tombstone
+        }
+        shards[s].live -= 1
+    }
+
+    /// Rehashes shard `s` into a table at most a quarter full for `live` keys (tombstones dropped).
+    private mutating func rebuild(_ s: Int, forLive live: Int) {
+        var capacity = 16
+        while capacity < live * 4 { capacity *= 2 }
+        var slots = [UInt64](repeating: 0, count: capacity)
+        let mask = capacity - 1
+        for slot in shards[s].slots where slot != 0 && slot & Self.numberMask != Self.tombstone {
+            let key = entry((slot & Self.numberMask) &- 1).key
+            var i = key.home & mask
+            while slots[i] != 0 { i = (i + 1) & mask }
+            slots[i] = slot
+        }
+        shards[s] = Shard(slots: slots, live: shards[s].live, used: shards[s].live)
     }
 
     /// FNV-1a over the method and the param's structure (kinds, keys in order, exact UTF-8 bytes of

@@ -66,17 +66,18 @@ public enum JournalSnapshot {
             try seal(lineStart: start)
         }
         // The outcomes of keyed mutations, oldest first, so retries after a compaction still find them.
-        state.keys.forEachApplied { key, outcome in
+        // In chunks too: a million remembered replies are hundreds of megabytes.
+        try state.keys.forEachApplied { key, digest, seq, reply in
             let start = out.count
             out.append(contentsOf: keyLinePrefix)
             JSONWriter.writeString(key.string, into: &out)
             out.append(contentsOf: digestKey)
-            appendHex(outcome.digest, into: &out)
+            appendHex(digest, into: &out)
             out.append(contentsOf: keySeqKey)
-            JournalRecord.appendDecimal(outcome.seq, into: &out)
+            JournalRecord.appendDecimal(seq, into: &out)
             out.append(contentsOf: replyKey)
-            out.append(contentsOf: outcome.reply)
-            JournalRecord.appendSeal(lineStart: start, into: &out)
+            out.append(contentsOf: reply)
+            try seal(lineStart: start)
         }
         if !out.isEmpty { try body(out) }
     }

@@ -1,3 +1,4 @@
+import Dispatch
 @testable import RPCEntities
 import RPCSchema
 import Testing
@@ -174,6 +175,27 @@ struct JournalTests {
             JournalSnapshot.appendHex(value, into: &hex)
             #expect(String(decoding: hex, as: UTF8.self) == String(value, radix: 16))
         }
+    }
+
+    @Test("a snapshot's key lines come in chunks of about chunkBytes, like its records, and replay to the same keys")
+    func snapshotKeyLinesAreChunked() throws {
+        var source = JournalReplay()
+        let journal = (0..<2000).map { n in
+            line(Request(id: "k", method: CreateUser.method, param: ["id": .string("u\(n)"), "name": "K", "email": "k@x"], key: "key-\(n)"), seq: UInt64(n + 1))
+        }.joined()
+        _ = try replay(journal, into: &source).get()
+        var chunks: [[UInt8]] = []
+        JournalSnapshot.encodeRecords(source.state, chunkBytes: 4096) { chunks.append($0) }
+        let longest = chunks.joined().split(separator: UInt8(ascii: "\n")).map(\.count).max() ?? 0
+        #expect(chunks.count > 50)
+        #expect(chunks.allSatisfy { $0.count < 4096 + longest + 1 }, "largest chunk \(chunks.map(\.count).max() ?? 0)")
+        var bytes = JournalSnapshot.header(seq: source.lastSeq, records: JournalSnapshot.recordCount(source.state))
+        bytes += chunks.joined()
+        var copy = JournalReplay()
+        _ = try bytes.withUnsafeBytes { copy.replaySnapshot($0) }.get()
+        #expect(copy.state.keys.count == 2000)
+        var keys = copy.state.keys
+        #expect(keys.lookup(ExactID("key-1999"), now: DispatchTime.now().uptimeNanoseconds)?.seq == 2000)
     }
 
     @Test("the newline search finds the first newline at or after any offset, in runs of every length")
