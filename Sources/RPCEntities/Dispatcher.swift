@@ -229,7 +229,7 @@ public final class Dispatcher: @unchecked Sendable {
         guard call.isMutation else { return (nil, nil) }
         let seq = call.body.flatMap { log?.record($0) }
         if let keyed = call.keyed {
-            state.keys.remember(keyed.key, digest: keyed.digest, reply: out[start...], seq: seq ?? 0, now: keyed.now)
+            state.keys.rememberMissed(keyed.key, digest: keyed.digest, reply: out[start...], seq: seq ?? 0, now: keyed.now)
         }
         return (nil, seq)
     }

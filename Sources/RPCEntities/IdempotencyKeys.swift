@@ -166,6 +166,13 @@ public struct IdempotencyKeys: Sendable {
         reply.withUnsafeBytes { reply in remember(key, digest: digest, reply: reply, failed: false, seq: seq, now: now) }
     }
 
+    /// `remember` for a key that `lookup` has just missed, in the same hold of the state lock:
+    /// it skips looking the key up again.
+    public mutating func rememberMissed(_ key: Key, digest: UInt64, reply: ArraySlice<UInt8>, seq: UInt64, now: UInt64) {
+        assert(find(key) == nil, "rememberMissed for a key the table holds")
+        reply.withUnsafeBytes { reply in append(key, digest: digest, reply: reply, failed: false, seq: seq, now: now) }
+    }
+
     public mutating func lookup(_ key: ExactID, now: UInt64) -> Outcome? { lookup(Key(key), now: now) }
     public mutating func remember(_ key: ExactID, _ outcome: Outcome, now: UInt64) { remember(Key(key), outcome, now: now) }
 
@@ -205,8 +212,16 @@ public struct IdempotencyKeys: Sendable {
     // MARK: - Entries and bytes
 
     private mutating func remember(_ key: Key, digest: UInt64, reply: UnsafeRawBufferPointer, failed: Bool, seq: UInt64, now: UInt64) {
-        guard limit > 0, find(key) == nil else { return }
+        guard find(key) == nil else { return }
+        append(key, digest: digest, reply: reply, failed: failed, seq: seq, now: now)
+    }
+
+    /// Adds `key`, which the table does not hold, as its newest entry.
+    private mutating func append(_ key: Key, digest: UInt64, reply: UnsafeRawBufferPointer, failed: Bool, seq: UInt64, now: UInt64) {
+        guard limit > 0 else { return }
         if base &+ UInt64(head) &+ UInt64(count) >= Self.numberLimit { renumber() }
+        // A mutation's reply is one record, built from a request line under the frame limit (at
+        // most 64 MiB): its length fits the entry's 32 bits.
         let (chunk, offset) = store(reply)
         let entry = Entry(
             key: key, digest: digest, seq: seq, at: now, chunk: chunk, offset: offset, count: UInt32(reply.count), failed: failed)
