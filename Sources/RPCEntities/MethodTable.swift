@@ -175,6 +175,7 @@ enum ParamDecoding {
         guard case .object(let object) = value else {
             return .failure(.invalidParams("param of \(C.method) must be an object with \(expected(fields))"))
         }
+        if let call = C.decode(fastParams: object) { return .success(call) }
         if let unknown = object.pairs.first(where: { pair in !fields.contains { ExactUTF8.equal($0.name, pair.key) } })?.key {
             return .failure(.invalidParams("unknown field \"\(unknown)\" in param of \(C.method); expected \(expected(fields))"))
         }
