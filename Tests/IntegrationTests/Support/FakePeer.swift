@@ -68,8 +68,9 @@ final class FakePeer: @unchecked Sendable {
         return String(decoding: data, as: UTF8.self)
     }
 
-    /// Reads until one full line arrived (within `timeout` seconds).
-    func readLine(timeout: Double = 5) throws -> String {
+    /// Reads until one full line arrived (within `timeout` seconds: generous, because the suite runs
+    /// its tests side by side, and again under the thread sanitizer).
+    func readLine(timeout: Double = 30) throws -> String {
         var data: [UInt8] = []
         let deadline = Date().addingTimeInterval(timeout)
         var byte: UInt8 = 0
