@@ -118,8 +118,28 @@ final class DaemonProcess {
     func terminate() { signal(SIGTERM) }
     func interrupt() { signal(SIGINT) }
     func kill() { signal(SIGKILL) }
+    /// Sends `sig`. For SIGSTOP, returns once every thread of the daemon is stopped (kill(2)
+    /// returns before a running thread has stopped; a test that then queues work for a stopped
+    /// daemon would race it), or after 5 s.
     func signal(_ sig: Int32) {
-        if exit.isRunning { _ = Glibc.kill(process.processIdentifier, sig) }
+        guard exit.isRunning else { return }
+        let pid = process.processIdentifier
+        _ = Glibc.kill(pid, sig)
+        guard sig == SIGSTOP else { return }
+        let watch = Stopwatch()
+        while !Self.allThreadsStopped(pid) && watch.seconds < 5 { usleep(1_000) }
+    }
+
+    /// Whether every thread in /proc/PID/task is in state T (stopped).
+    private static func allThreadsStopped(_ pid: Int32) -> Bool {
+        guard let tasks = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task"), !tasks.isEmpty else { return false }
+        return tasks.allSatisfy { task in
+            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/stat", encoding: .utf8),
+                let close = stat.lastIndex(of: ")")
+            else { return false }
+            // "pid (comm) S ...": the state follows the command name's closing parenthesis.
+            return stat[close...].dropFirst(2).first == "T"
+        }
     }
 
     /// The exit status once the process exited within `timeout` seconds, else nil. A death by signal
