@@ -94,7 +94,7 @@ public struct IdempotencyKeys: Sendable {
         /// The reply: the byte chunk's number, where it starts in it, its length.
         let chunk: UInt32
         let offset: UInt32
-        let count: UInt32
+        let length: UInt32
         let failed: Bool
     }
 
@@ -104,6 +104,12 @@ public struct IdempotencyKeys: Sendable {
     /// Slots hold `number | tag << 48`, where `number` is the entry's number plus one (0: empty).
     private static var numberMask: UInt64 { (1 << 48) - 1 }
     private static var tombstone: UInt64 { numberMask }
+
+    @inline(__always) private static func slot(number: UInt64, tag: UInt64) -> UInt64 { (number &+ 1) | tag << 48 }
+    /// The entry number in a live slot.
+    @inline(__always) private static func number(in slot: UInt64) -> UInt64 { (slot & numberMask) &- 1 }
+    /// Neither empty nor a tombstone.
+    @inline(__always) private static func isLive(_ slot: UInt64) -> Bool { slot != 0 && slot & numberMask != tombstone }
     /// Entry numbers are renumbered from 0 before they reach this (never, in practice).
     static var numberLimit: UInt64 { (1 << 47) }
 
@@ -200,12 +206,16 @@ public struct IdempotencyKeys: Sendable {
     public func forEachApplied(
         _ body: (_ key: ExactID, _ digest: UInt64, _ seq: UInt64, _ reply: UnsafeRawBufferPointer) throws -> Void
     ) rethrows {
+        try Self.forEachLive(entries, head: head) { entry in
+            guard !entry.failed else { return }
+            try reply(of: entry).withUnsafeBytes { try body(entry.key.id, entry.digest, entry.seq, $0) }
+        }
+    }
+
+    /// Every live entry of `entries` (whose first live one is `entries[0][head]`), oldest first.
+    private static func forEachLive(_ entries: [[Entry]], head: Int, _ body: (Entry) throws -> Void) rethrows {
         for (index, chunk) in entries.enumerated() {
-            for entry in chunk[(index == 0 ? head : 0)...] where !entry.failed {
-                try bytes[Int(entry.chunk &- bytesBase)].withUnsafeBytes { all in
-                    try body(entry.key.id, entry.digest, entry.seq, UnsafeRawBufferPointer(rebasing: all[Int(entry.offset)..<Int(entry.offset) + Int(entry.count)]))
-                }
-            }
+            for entry in chunk[(index == 0 ? head : 0)...] { try body(entry) }
         }
     }
 
@@ -224,7 +234,7 @@ public struct IdempotencyKeys: Sendable {
         // most 64 MiB): its length fits the entry's 32 bits.
         let (chunk, offset) = store(reply)
         let entry = Entry(
-            key: key, digest: digest, seq: seq, at: now, chunk: chunk, offset: offset, count: UInt32(reply.count), failed: failed)
+            key: key, digest: digest, seq: seq, at: now, chunk: chunk, offset: offset, length: UInt32(reply.count), failed: failed)
         if entries.isEmpty || entries[entries.count - 1].count == Self.entryChunkSize {
             entries.append([])
             entries[entries.count - 1].reserveCapacity(Self.entryChunkSize)
@@ -244,7 +254,7 @@ public struct IdempotencyKeys: Sendable {
     }
 
     private func reply(of entry: Entry) -> ArraySlice<UInt8> {
-        bytes[Int(entry.chunk &- bytesBase)][Int(entry.offset)..<Int(entry.offset) + Int(entry.count)]
+        bytes[Int(entry.chunk &- bytesBase)][Int(entry.offset)..<Int(entry.offset) + Int(entry.length)]
     }
 
     /// Appends `reply` to the last byte chunk (a new one when it does not fit: its own size when
@@ -292,11 +302,9 @@ public struct IdempotencyKeys: Sendable {
         base = first &- UInt64(head)
         for index in shards.indices { shards[index] = Shard() }
         var number = first
-        for (index, chunk) in entries.enumerated() {
-            for entry in chunk[(index == 0 ? head : 0)...] {
-                insert(entry.key, number: number)
-                number += 1
-            }
+        Self.forEachLive(entries, head: head) { entry in
+            insert(entry.key, number: number)
+            number += 1
         }
     }
 
@@ -315,8 +323,8 @@ public struct IdempotencyKeys: Sendable {
             while true {
                 let slot = slots[i]
                 if slot == 0 { return nil }
-                if slot >> 48 == tag && slot & Self.numberMask != Self.tombstone {
-                    let number = (slot & Self.numberMask) &- 1
+                if slot >> 48 == tag && Self.isLive(slot) {
+                    let number = Self.number(in: slot)
                     if entry(number).key == key { return number }
                 }
                 i = (i + 1) & mask
@@ -327,11 +335,11 @@ public struct IdempotencyKeys: Sendable {
     private mutating func insert(_ key: Key, number: UInt64) {
         let s = key.shard
         if (shards[s].used + 1) * 2 > shards[s].slots.count { rebuild(s, forLive: shards[s].live + 1) }
-        let value = (number &+ 1) | key.tag << 48
+        let value = Self.slot(number: number, tag: key.tag)
         let mask = shards[s].slots.count - 1
         var i = key.home & mask
         let fresh = shards[s].slots.withUnsafeMutableBufferPointer { slots in
-            while slots[i] != 0 && slots[i] & Self.numberMask != Self.tombstone { i = (i + 1) & mask }
+            while Self.isLive(slots[i]) { i = (i + 1) & mask }
             defer { slots[i] = value }
             return slots[i] == 0
         }
@@ -341,7 +349,7 @@ public struct IdempotencyKeys: Sendable {
 
     private mutating func remove(_ key: Key, number: UInt64) {
         let s = key.shard
-        let value = (number &+ 1) | key.tag << 48
+        let value = Self.slot(number: number, tag: key.tag)
         let mask = shards[s].slots.count - 1
         var i = key.home & mask
         shards[s].slots.withUnsafeMutableBufferPointer { slots in
@@ -360,8 +368,8 @@ public struct IdempotencyKeys: Sendable {
         while capacity < live * 4 { capacity *= 2 }
         var slots = [UInt64](repeating: 0, count: capacity)
         let mask = capacity - 1
-        for slot in shards[s].slots where slot != 0 && slot & Self.numberMask != Self.tombstone {
-            let key = entry((slot & Self.numberMask) &- 1).key
+        for slot in shards[s].slots where Self.isLive(slot) {
+            let key = entry(Self.number(in: slot)).key
             var i = key.home & mask
             while slots[i] != 0 { i = (i + 1) & mask }
             slots[i] = slot

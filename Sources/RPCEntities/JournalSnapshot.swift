@@ -36,13 +36,17 @@ public enum JournalSnapshot {
                 out.removeAll(keepingCapacity: true)
             }
         }
+        /// `{"id":"s","method":M,"param":{"id":ID,"name":NAME`: how both kinds of record line begin.
+        func begin(_ linePrefix: [UInt8], id: String, name: String) {
+            out.append(contentsOf: linePrefix)
+            out.append(contentsOf: paramID)
+            JSONWriter.writeString(id, into: &out)
+            out.append(contentsOf: nameKey)
+            JSONWriter.writeString(name, into: &out)
+        }
         for user in state.users.values {
             let start = out.count
-            out.append(contentsOf: userLinePrefix)
-            out.append(contentsOf: paramID)
-            JSONWriter.writeString(user.id, into: &out)
-            out.append(contentsOf: nameKey)
-            JSONWriter.writeString(user.name, into: &out)
+            begin(userLinePrefix, id: user.id, name: user.name)
             out.append(contentsOf: emailKey)
             JSONWriter.writeString(user.email, into: &out)
             out.append(UInt8(ascii: "}"))
@@ -50,11 +54,7 @@ public enum JournalSnapshot {
         }
         for building in state.buildings.values {
             let start = out.count
-            out.append(contentsOf: buildingLinePrefix)
-            out.append(contentsOf: paramID)
-            JSONWriter.writeString(building.id, into: &out)
-            out.append(contentsOf: nameKey)
-            JSONWriter.writeString(building.name, into: &out)
+            begin(buildingLinePrefix, id: building.id, name: building.name)
             out.append(contentsOf: addressKey)
             JSONWriter.writeString(building.address, into: &out)
             out.append(contentsOf: residentsKey)

@@ -15,6 +15,20 @@ struct FastFields {
     /// True when every key of the object was read.
     var complete: Bool { used == object.count }
 
+    /// The string at `key` when it is the object's only key (gets and deletes).
+    static func only(_ key: String, in object: JSONObject) -> String? {
+        var fields = FastFields(object)
+        guard let value = fields.string(key), fields.complete else { return nil }
+        return value
+    }
+
+    /// A list call's `after` and `limit`, when they are the object's only keys.
+    static func page(in object: JSONObject) -> (after: String?, limit: Int?)? {
+        var fields = FastFields(object)
+        guard let after = fields.optionalString("after"), let limit = fields.optionalInt("limit"), fields.complete else { return nil }
+        return (after, limit)
+    }
+
     /// The string at `key`; nil when absent or not a string.
     mutating func string(_ key: String) -> String? {
         guard case .string(let text)? = object[key] else { return nil }
@@ -85,25 +99,19 @@ extension UpdateUser {
 
 extension DeleteUser {
     public static func decode(fastParams object: JSONObject) -> DeleteUser? {
-        var fields = FastFields(object)
-        guard let userId = fields.string("userId"), fields.complete else { return nil }
-        return DeleteUser(userId: userId)
+        FastFields.only("userId", in: object).map { DeleteUser(userId: $0) }
     }
 }
 
 extension GetUser {
     public static func decode(fastParams object: JSONObject) -> GetUser? {
-        var fields = FastFields(object)
-        guard let userId = fields.string("userId"), fields.complete else { return nil }
-        return GetUser(userId: userId)
+        FastFields.only("userId", in: object).map { GetUser(userId: $0) }
     }
 }
 
 extension ListUsers {
     public static func decode(fastParams object: JSONObject) -> ListUsers? {
-        var fields = FastFields(object)
-        guard let after = fields.optionalString("after"), let limit = fields.optionalInt("limit"), fields.complete else { return nil }
-        return ListUsers(after: after, limit: limit)
+        FastFields.page(in: object).map { ListUsers(after: $0.after, limit: $0.limit) }
     }
 }
 
@@ -130,24 +138,18 @@ extension UpdateBuilding {
 
 extension DeleteBuilding {
     public static func decode(fastParams object: JSONObject) -> DeleteBuilding? {
-        var fields = FastFields(object)
-        guard let buildingId = fields.string("buildingId"), fields.complete else { return nil }
-        return DeleteBuilding(buildingId: buildingId)
+        FastFields.only("buildingId", in: object).map { DeleteBuilding(buildingId: $0) }
     }
 }
 
 extension GetBuilding {
     public static func decode(fastParams object: JSONObject) -> GetBuilding? {
-        var fields = FastFields(object)
-        guard let buildingId = fields.string("buildingId"), fields.complete else { return nil }
-        return GetBuilding(buildingId: buildingId)
+        FastFields.only("buildingId", in: object).map { GetBuilding(buildingId: $0) }
     }
 }
 
 extension ListBuildings {
     public static func decode(fastParams object: JSONObject) -> ListBuildings? {
-        var fields = FastFields(object)
-        guard let after = fields.optionalString("after"), let limit = fields.optionalInt("limit"), fields.complete else { return nil }
-        return ListBuildings(after: after, limit: limit)
+        FastFields.page(in: object).map { ListBuildings(after: $0.after, limit: $0.limit) }
     }
 }
