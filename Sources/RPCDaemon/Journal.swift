@@ -46,6 +46,9 @@ final class Journal: MutationLog, @unchecked Sendable {
     private var compactionDisabled = false
     /// A leader's snapshot is being put in place (`restart`).
     private var restarting = false
+    /// `close` was called: no compaction starts; `closed`: the file is closed.
+    private var closing = false
+    private var closed = false
 
     init(
         directory: DataDirectory, policy: FsyncPolicy, lastSeq: UInt64, snapshotBytes: Int, snapshotSeq: UInt64 = 0,
@@ -226,7 +229,7 @@ final class Journal: MutationLog, @unchecked Sendable {
 
     private func maybeCompact() {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard !compacting, !compactionDisabled, !restarting, journalBytes >= compactAfterBytes, journalBytes >= snapshotBytes,
+        guard !compacting, !closing, !compactionDisabled, !restarting, journalBytes >= compactAfterBytes, journalBytes >= snapshotBytes,
             let capture
         else { return }
         compacting = true
@@ -253,6 +256,7 @@ final class Journal: MutationLog, @unchecked Sendable {
     private func finishCompaction(seq: UInt64, snapshotBytes bytes: Int, started: DispatchTime) {
         dispatchPrecondition(condition: .onQueue(queue))
         compacting = false
+        guard !closed else { return }  // stopped before it finished: the next start finishes it
         guard filePath == directory.nextJournal else {
             compactionDisabled = true  // the rotation never happened (the journal failed first)
             return
@@ -336,13 +340,32 @@ final class Journal: MutationLog, @unchecked Sendable {
     // MARK: - Shutdown
 
     /// Writes and syncs what is pending, closes the file, then calls `done` (on the writer queue).
-    func close(_ done: @escaping @Sendable () -> Void) {
+    /// A compaction under way is let finish first (for at most `compactionGrace`): a stop cut in
+    /// it would leave the next start to write the snapshot again before it serves.
+    func close(compactionGrace: DispatchTimeInterval = .seconds(5), _ done: @escaping @Sendable () -> Void) {
         queue.async {
             self.drain()
-            self.timer?.cancel()
-            if self.unsynced { try? FileIO.sync(self.fd, path: self.filePath, dataOnly: true) }
-            FileIO.close(self.fd)
-            done()
+            self.closing = true  // no compaction starts from now on
+            guard self.compacting else { return self.finishClose(done) }
+            self.log.info("letting the compaction under way finish before stopping")
+            // The compaction's last step (`finishCompaction`) is queued on `queue` before this.
+            self.compactionQueue.async { self.queue.async { self.finishClose(done) } }
+            self.queue.asyncAfter(deadline: .now() + compactionGrace) {
+                guard !self.closed else { return }
+                self.log.warning("stopping with the compaction unfinished; the next start finishes it")
+                self.finishClose(done)
+            }
         }
+    }
+
+    private func finishClose(_ done: @escaping @Sendable () -> Void) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard !closed else { return }
+        closed = true
+        drain()
+        timer?.cancel()
+        if unsynced { try? FileIO.sync(fd, path: filePath, dataOnly: true) }
+        FileIO.close(fd)
+        done()
     }
 }

@@ -102,7 +102,7 @@ public enum JournalRecord {
     }
 
     /// The parts of a journal or snapshot record line (replay looks the method text up in a cache).
-    struct Fields {
+    struct Fields: Equatable {
         var id: String
         var method: String
         var param: JSONValue?
@@ -118,6 +118,12 @@ public enum JournalRecord {
         if case .mismatch(let stored, let computed) = seal {
             return .failure(.checksumMismatch(stored: stored, computed: computed))
         }
+        if seal == .valid, let fields = writtenFields(line) { return .success(fields) }
+        return parsedFields(line, sealed: seal == .valid)
+    }
+
+    /// `fields` by a full JSON parse of the line (whose checksum, if any, matched).
+    static func parsedFields(_ line: UnsafeRawBufferPointer, sealed: Bool) -> Result<Fields, JournalLineError> {
         let value: JSONValue
         do {
             value = try JSONParser.parse(line)
@@ -161,7 +167,7 @@ public enum JournalRecord {
             }
             seq = number
         }
-        if hasChecksum, seal != .valid { return .failure(JournalLineError(misplacedChecksum)) }
+        if hasChecksum, !sealed { return .failure(JournalLineError(misplacedChecksum)) }
         var key: String?
         if let keyValue {
             guard case .string(let text) = keyValue, !text.isEmpty, text.utf8.count <= Request.maxKeyBytes else {
@@ -173,8 +179,72 @@ public enum JournalRecord {
             return .failure(JournalLineError("unknown key \"\(unknown)\"; a record holds only \(recordKeys)"))
         }
         let param = paramValue.flatMap { $0 == .null ? nil : $0 }
-        return .success(Fields(id: id, method: method, param: param, seq: seq, key: key, sealed: seal == .valid))
+        return .success(Fields(id: id, method: method, param: param, seq: seq, key: key, sealed: sealed))
     }
+
+    /// The fields of a sealed line in exactly the shape the writer gives it (`{"id":"…","method":"…",
+    /// "param":…[,"key":"…"][,"seq":N],"crc":…}`, id, method and key in plain ASCII), read without
+    /// building the envelope as a JSON object: a restart reads a million of them. nil for any
+    /// other line, which `fields` then parses in full; so this path accepts no line that the full
+    /// parse would reject or read differently (the param is parsed one level shallower, as it
+    /// would be inside the envelope).
+    static func writtenFields(_ line: UnsafeRawBufferPointer) -> Fields? {
+        let sealStart = line.count - sealLength
+        var i = 0
+        func expect(_ literal: [UInt8]) -> Bool {
+            guard sealStart - i >= literal.count else { return false }
+            for k in literal.indices where line[i + k] != literal[k] { return false }
+            i += literal.count
+            return true
+        }
+        /// A string of printable ASCII without escapes, up to its closing quote (consumed).
+        func plainString() -> String? {
+            let start = i
+            while i < sealStart {
+                let byte = line[i]
+                if byte == UInt8(ascii: "\"") {
+                    defer { i += 1 }
+                    return String(decoding: UnsafeRawBufferPointer(rebasing: line[start..<i]), as: UTF8.self)
+                }
+                guard byte >= 0x20, byte < 0x7F, byte != UInt8(ascii: "\\") else { return nil }
+                i += 1
+            }
+            return nil
+        }
+        guard expect(quotedIDPrefix), let id = plainString(), expect(methodPrefix), let method = plainString(),
+            expect(paramPrefix), i < sealStart,
+            let parsed = try? JSONParser.parseValue(in: UnsafeRawBufferPointer(rebasing: line[..<sealStart]), at: i, maxDepth: 63)
+        else { return nil }
+        i = parsed.end
+        var key: String?
+        if expect(keyPrefix) {
+            guard expect(quote), let text = plainString(), !text.isEmpty, text.utf8.count <= Request.maxKeyBytes else { return nil }
+            key = text
+        }
+        var seq: UInt64?
+        if expect(seqPrefix) {
+            let start = i
+            var number: UInt64 = 0
+            while i < sealStart, line[i] >= UInt8(ascii: "0"), line[i] <= UInt8(ascii: "9") {
+                let (times10, overflow) = number.multipliedReportingOverflow(by: 10)
+                let (sum, carry) = times10.addingReportingOverflow(UInt64(line[i] - UInt8(ascii: "0")))
+                guard !overflow, !carry else { return nil }
+                number = sum
+                i += 1
+            }
+            // JSON has no leading zeros: "007" is for the full parse to refuse.
+            guard i > start, line[start] != UInt8(ascii: "0") || i == start + 1 else { return nil }
+            seq = number
+        }
+        guard i == sealStart else { return nil }
+        let param = parsed.value == .null ? nil : parsed.value
+        return Fields(id: id, method: method, param: param, seq: seq, key: key, sealed: true)
+    }
+
+    private static let quotedIDPrefix = Array(#"{"id":""#.utf8)
+    private static let methodPrefix = Array(#","method":""#.utf8)
+    private static let paramPrefix = Array(#","param":"#.utf8)
+    private static let quote = [UInt8(ascii: "\"")]
 
     /// The top-level keys a record may hold, for messages.
     static let recordKeys = (RequestCodec.envelopeKeys + RequestCodec.envelopeExtensionKeys).joined(separator: ", ")

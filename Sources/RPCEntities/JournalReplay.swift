@@ -23,8 +23,14 @@ public struct JournalReplay {
     /// Journal records read so far (applied or skipped), over every journal file.
     private var journalRecords = 0
     private let table: MethodTable<Entities>
-    /// Method text -> entry, so each line costs one dictionary lookup.
-    private var entries: [String: MethodTable<Entities>.Entry] = [:]
+    /// Method text -> entry, so each line costs one dictionary lookup (and one retain: an entry
+    /// copied out of the dictionary retains each of its parts, a tenth of a restart).
+    private var entries: [String: CachedEntry] = [:]
+
+    private final class CachedEntry: Sendable {
+        let entry: MethodTable<Entities>.Entry
+        init(_ entry: MethodTable<Entities>.Entry) { self.entry = entry }
+    }
 
     public init(state: Entities = Entities(), table: MethodTable<Entities> = Entities.table) {
         self.state = state
@@ -252,17 +258,21 @@ public struct JournalReplay {
     /// Runs one mutation against the state; the reason it failed, or nil. A keyed record also
     /// remembers its outcome, as serving it did.
     mutating func apply(_ fields: JournalRecord.Fields, seq: UInt64) -> String? {
-        let entry: MethodTable<Entities>.Entry
-        if let cached = entries[fields.method] {
-            entry = cached
+        let cached: CachedEntry
+        if let found = entries[fields.method] {
+            cached = found
         } else {
             guard let method = RPCMethod(parsing: fields.method), let found = table.entry(for: method) else {
                 return "unknown method \"\(fields.method)\""
             }
             guard found.isMutation else { return "\(method) is not a mutation" }
-            entries[fields.method] = found
-            entry = found
+            cached = CachedEntry(found)
+            entries[fields.method] = cached
         }
+        return withExtendedLifetime(cached) { apply(fields, seq: seq, entry: cached.entry) }
+    }
+
+    private mutating func apply(_ fields: JournalRecord.Fields, seq: UInt64, entry: borrowing MethodTable<Entities>.Entry) -> String? {
         if let key = fields.key {
             switch entry.prepare(fields.param) {
             case .failure(let error): return "\(entry.method) does not apply: \(error.errorMessage)"

@@ -28,6 +28,22 @@ public enum JSONParser {
         return try p.parseDocument()
     }
 
+    /// Parses the one JSON value that starts at `offset` (no whitespace before it) and returns it
+    /// with the offset just past it; the bytes after it are not looked at. For a caller that scans
+    /// a fixed envelope around a value itself (journal replay).
+    public static func parseValue(
+        in bytes: UnsafeRawBufferPointer, at offset: Int, maxDepth: Int = 64
+    ) throws(JSONParseError) -> (value: JSONValue, end: Int) {
+        guard let base = bytes.baseAddress, offset >= 0, offset < bytes.count else {
+            throw JSONParseError(offset: offset, reason: "unexpected end of input")
+        }
+        var p = _JSONParserState(
+            ptr: base.assumingMemoryBound(to: UInt8.self), end: bytes.count, maxDepth: maxDepth)
+        p.pos = offset
+        let value = try p.parseValue()
+        return (value, p.pos)
+    }
+
     /// Parses exactly one JSON value from UTF-8 bytes (Array, ArraySlice, String.UTF8View, ...).
     /// Offsets in errors count from the collection's first byte.
     public static func parse(_ bytes: some Collection<UInt8>, maxDepth: Int = 64) throws(JSONParseError) -> JSONValue {

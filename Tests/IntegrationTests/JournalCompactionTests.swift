@@ -77,4 +77,30 @@ struct JournalCompactionTests {
         let b = try LineClient(port: second.port).request(Wire.request("g", "building.getBuilding", #"{"buildingId":"b1"}"#))
         #expect(b == Wire.result("g", "building.getBuilding", Wire.building("b1", "Tower", "1 Main St", ["u1", "u2"])))
     }
+
+    @Test("SIGTERM during a compaction lets it finish: the next start has nothing to redo")
+    func stopLetsCompactionFinish() throws {
+        let dir = JournalSupport.makeDataDir()
+        defer { JournalSupport.remove(dir) }
+        // Every fsync sleeps 1.5 s first, so the compaction's snapshot is still being written when
+        // the stop comes; the daemon waits up to 5 s for it.
+        let first = try DaemonProcess(
+            extraArguments: ["--compact-after-bytes", "20000", "--fsync", "none"], dataDir: dir,
+            environment: ["RPCD_TEST_FSYNC_DELAY_MS": "1500"])
+        let acked = try JournalSupport.createUsers(port: first.port, range: 0..<200)  // ~30 kB: one compaction
+        let next = dir.appendingPathComponent("journal.next.jsonl").path
+        let deadline = Date().addingTimeInterval(10)
+        while !FileManager.default.fileExists(atPath: next) && Date() < deadline { usleep(5_000) }
+        #expect(FileManager.default.fileExists(atPath: next), "no compaction started: \(first.stderrTail())")
+        first.terminate()
+        #expect(first.waitForExit(timeout: 20) == 0, "\(first.stderrTail())")
+        #expect(first.stderrText.contains("letting the compaction under way finish"), "\(first.stderrTail())")
+        #expect(first.stderrText.contains("compacted: snapshot"), "\(first.stderrTail())")
+        #expect(!FileManager.default.fileExists(atPath: next), "the stop left the compaction unfinished: \(first.stderrTail())")
+
+        let second = try DaemonProcess(dataDir: dir)
+        defer { second.stop() }
+        #expect(try JournalSupport.userIDs(port: second.port) == Set(acked), "stderr: \(second.stderrTail())")
+        #expect(!second.stderrText.contains("finishing a compaction"), "\(second.stderrTail())")
+    }
 }

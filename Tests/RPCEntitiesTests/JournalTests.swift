@@ -64,6 +64,53 @@ struct JournalTests {
         unsealed.dropLast().withUnsafeBytes { #expect(JournalRecord.Body(line: $0, seq: 42) == nil, "not a journal line") }
     }
 
+    @Test("a sealed line in the writer's shape is read without parsing its envelope, and exactly as the full parse reads it", arguments: [
+        // (the line before its seal, whether the writer's shape is recognised)
+        (#"{"id":"r42","method":"user.createUser","param":{"id":"u1","name":"Ada","email":"a@x"},"seq":42"#, true),
+        (#"{"id":"s","method":"user.createUser","param":{"id":"u1","name":"Ada","email":"a@x"}"#, true),
+        (#"{"id":"r7","method":"user.deleteUser","param":{"userId":"u1"},"key":"k-1","seq":7"#, true),
+        (#"{"id":"r8","method":"user.createUser","param":null,"seq":8"#, true),
+        (#"{"id":"r9","method":"x.y","param":[1,"2",{"a":[]}],"seq":9"#, true),
+        (#"{"id":"r10","method":"user.createUser","param":{"id":"\u00e9\"","name":"é","email":"a"},"seq":10"#, true),
+        (#"{"id":"r0","method":"user.createUser","param":{},"seq":0"#, true),
+        (#"{"id":"r1","method":"user.createUser","param":{},"seq":18446744073709551615"#, true),
+        (#"{"id":"","method":"","param":{}"#, true),
+        // Anything else goes to the full parse, which decides.
+        (#"{"id":"r1","method":"user.createUser","param":{},"seq":18446744073709551616"#, false),
+        (#"{"id":"r1","method":"user.createUser","param":{},"seq":007"#, false),
+        (#"{"id":"r1","method":"user.createUser","param":{},"seq":-1"#, false),
+        (#"{"id":"r1","method":"user.createUser","param":{},"seq":1.0"#, false),
+        (#"{"id":"r1","method":"user.createUser","param":{},"seq":"#, false),
+        (#"{"id":"r\"1","method":"user.createUser","param":{},"seq":1"#, false),
+        (#"{"id":"é","method":"user.createUser","param":{},"seq":1"#, false),
+        (#"{"id":"r1","method":"user.createUser","param":{},"key":"","seq":1"#, false),
+        (#"{"id":"r1","method":"user.createUser","param":{},"key":""# + String(repeating: "k", count: 129) + #"","seq":1"#, false),
+        (#"{"id":"r1","method":"user.createUser","param":{},"key":7,"seq":1"#, false),
+        (#"{"id":"r1","method":"user.createUser","param":{},"other":1,"seq":1"#, false),
+        (#"{"id":"r1","method":"user.createUser","param":{},"seq":1,"seq":2"#, false),
+        (#"{"id":"r1","method":"user.createUser","seq":1"#, false),
+        (#"{"id":"r1","param":{},"method":"user.createUser","seq":1"#, false),
+        (#"{"id":"r1", "method":"user.createUser","param":{},"seq":1"#, false),
+        (#"{"id":"r1","method":"user.createUser","param":{} ,"seq":1"#, false),
+        (#"{"id":"r1","method":"user.createUser","param":{"a":1,"a":2},"seq":1"#, true),
+        (#"{"id":"r1","method":"user.createUser","param":{"a":01},"seq":1"#, false),
+        (#"{"id":"r1","method":"user.createUser","param":{"#, false),
+        (#"{"id":"r1","method":"user.createUser","param":"# + String(repeating: "[", count: 63) + String(repeating: "]", count: 63), true),
+        (#"{"id":"r1","method":"user.createUser","param":"# + String(repeating: "[", count: 64) + String(repeating: "]", count: 64), false),
+    ])
+    func writtenShape(_ covered: String, recognised: Bool) throws {
+        let text = sealedLine(covered)
+        Array(text.utf8).withUnsafeBytes { line in
+            #expect(JournalRecord.checksum(of: line) == .valid)
+            let fast = JournalRecord.writtenFields(line)
+            let full = JournalRecord.parsedFields(line, sealed: true)
+            #expect((fast != nil) == recognised, "\(text)")
+            if let fast { #expect(full == .success(fast), "\(text)") }
+            let chosen = JournalRecord.fields(line)
+            #expect(chosen == full, "\(text)")
+        }
+    }
+
     @Test("replay applies in order, reports the torn tail, skips what the snapshot covers")
     func replayJournal() throws {
         var state = JournalReplay()
