@@ -178,7 +178,7 @@ public enum JournalRecord {
         if let unknown {
             return .failure(JournalLineError("unknown key \"\(unknown)\"; a record holds only \(recordKeys)"))
         }
-        let param = paramValue.flatMap { $0 == .null ? nil : $0 }
+        let param = paramValue.flatMap { $0.isNull ? JSONValue?.none : $0 }  // (a bare `nil` here would be `.null`: JSONValue is ExpressibleByNilLiteral)
         return .success(Fields(id: id, method: method, param: param, seq: seq, key: key, sealed: sealed))
     }
 
@@ -189,62 +189,26 @@ public enum JournalRecord {
     /// parse would reject or read differently (the param is parsed one level shallower, as it
     /// would be inside the envelope).
     static func writtenFields(_ line: UnsafeRawBufferPointer) -> Fields? {
-        let sealStart = line.count - sealLength
-        var i = 0
-        func expect(_ literal: [UInt8]) -> Bool {
-            guard sealStart - i >= literal.count else { return false }
-            for k in literal.indices where line[i + k] != literal[k] { return false }
-            i += literal.count
-            return true
-        }
-        /// A string of printable ASCII without escapes, up to its closing quote (consumed).
-        func plainString() -> String? {
-            let start = i
-            while i < sealStart {
-                let byte = line[i]
-                if byte == UInt8(ascii: "\"") {
-                    defer { i += 1 }
-                    return String(decoding: UnsafeRawBufferPointer(rebasing: line[start..<i]), as: UTF8.self)
-                }
-                guard byte >= 0x20, byte < 0x7F, byte != UInt8(ascii: "\\") else { return nil }
-                i += 1
-            }
-            return nil
-        }
-        guard expect(quotedIDPrefix), let id = plainString(), expect(methodPrefix), let method = plainString(),
-            expect(paramPrefix), i < sealStart,
-            let parsed = try? JSONParser.parseValue(in: UnsafeRawBufferPointer(rebasing: line[..<sealStart]), at: i, maxDepth: 63)
+        typealias Scan = EnvelopeScanner
+        var scan = EnvelopeScanner(line, end: line.count - sealLength)
+        guard scan.expect(Scan.idPrefix), let id = scan.plainString(), scan.expect(Scan.methodPrefix),
+            let method = scan.plainString(), scan.expect(Scan.paramPrefix), let value = scan.value(maxDepth: 63)
         else { return nil }
-        i = parsed.end
+        // Not `value.isNull ? nil : value`: JSONValue is ExpressibleByNilLiteral, so that `nil` is `.null`.
+        let param: JSONValue? = value.isNull ? .none : value
         var key: String?
-        if expect(keyPrefix) {
-            guard expect(quote), let text = plainString(), !text.isEmpty, text.utf8.count <= Request.maxKeyBytes else { return nil }
+        if scan.expect(Scan.keyPrefix) {
+            guard let text = scan.idempotencyKey() else { return nil }
             key = text
         }
         var seq: UInt64?
-        if expect(seqPrefix) {
-            let start = i
-            var number: UInt64 = 0
-            while i < sealStart, line[i] >= UInt8(ascii: "0"), line[i] <= UInt8(ascii: "9") {
-                let (times10, overflow) = number.multipliedReportingOverflow(by: 10)
-                let (sum, carry) = times10.addingReportingOverflow(UInt64(line[i] - UInt8(ascii: "0")))
-                guard !overflow, !carry else { return nil }
-                number = sum
-                i += 1
-            }
-            // JSON has no leading zeros: "007" is for the full parse to refuse.
-            guard i > start, line[start] != UInt8(ascii: "0") || i == start + 1 else { return nil }
+        if scan.expect(Scan.seqPrefix) {
+            guard let number = scan.wholeNumber() else { return nil }
             seq = number
         }
-        guard i == sealStart else { return nil }
-        let param = parsed.value == .null ? nil : parsed.value
+        guard scan.atEnd else { return nil }
         return Fields(id: id, method: method, param: param, seq: seq, key: key, sealed: true)
     }
-
-    private static let quotedIDPrefix = Array(#"{"id":""#.utf8)
-    private static let methodPrefix = Array(#","method":""#.utf8)
-    private static let paramPrefix = Array(#","param":"#.utf8)
-    private static let quote = [UInt8(ascii: "\"")]
 
     /// The top-level keys a record may hold, for messages.
     static let recordKeys = (RequestCodec.envelopeKeys + RequestCodec.envelopeExtensionKeys).joined(separator: ", ")

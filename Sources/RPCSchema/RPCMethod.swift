@@ -10,15 +10,20 @@ public struct RPCMethod: Hashable, Sendable, CustomStringConvertible, Codable {
 
     /// Parses the canonical form `entity.method`; nil unless there is exactly one dot with a name on both sides.
     public init?(parsing text: String) {
-        // One pass over the UTF-8 bytes (this runs for every request).
-        let utf8 = text.utf8
-        guard let dot = utf8.firstIndex(of: UInt8(ascii: ".")), dot != utf8.startIndex,
-            utf8.index(after: dot) != utf8.endIndex,
-            !utf8[utf8.index(after: dot)...].contains(UInt8(ascii: "."))
-        else { return nil }
-        // Sliced on the UTF-8 view: a String index after the dot would step over a whole
-        // Character, dropping a combining mark that follows the dot.
-        self.init(String(Substring(utf8[..<dot])), String(Substring(utf8[utf8.index(after: dot)...])))
+        // One pass over the contiguous UTF-8 bytes (this runs for every request; slicing the
+        // `utf8` view into Substrings cost ~1,500 instructions). Splitting at an ASCII dot keeps
+        // both sides valid UTF-8, so decoding them is exact.
+        var text = text
+        let parts = text.withUTF8 { bytes -> (String, String)? in
+            guard let dot = bytes.firstIndex(of: UInt8(ascii: ".")), dot > 0, dot + 1 < bytes.count,
+                !bytes[(dot + 1)...].contains(UInt8(ascii: "."))
+            else { return nil }
+            return (
+                String(decoding: UnsafeBufferPointer(rebasing: bytes[..<dot]), as: UTF8.self),
+                String(decoding: UnsafeBufferPointer(rebasing: bytes[(dot + 1)...]), as: UTF8.self))
+        }
+        guard let (entity, name) = parts else { return nil }
+        self.init(entity, name)
     }
 
     /// The error entity's one method: every failed request is answered with it.

@@ -55,6 +55,7 @@ public enum RequestCodec {
     /// `envelopeExtensionKeys` is invalid (`"params"` is a JSON-RPC habit, not a field of ours);
     /// counter-requests are never answered, so theirs are not checked.
     public static func decode(_ line: UnsafeRawBufferPointer) -> DecodedLine {
+        if let decoded = decodeWritten(line) { return decoded }
         let value: JSONValue
         do {
             value = try JSONParser.parse(line)
@@ -62,6 +63,30 @@ public enum RequestCodec {
             return .invalid(id: "", error: .parseError("the line is not valid JSON: \(error); send one JSON object per line"), form: nil)
         }
         return decode(value)
+    }
+
+    /// A canonical line in the shape every writer gives it, `{"id":"…","method":"…","param":…}`
+    /// with an optional `,"key":"…"` before the closing brace (id, method and key in plain ASCII),
+    /// read without building the envelope as a JSON object; nil for any other line, which the
+    /// full decode then reads. It accepts nothing the full decode would refuse and reads it the
+    /// same way (tests hold the two equal).
+    static func decodeWritten(_ line: UnsafeRawBufferPointer) -> DecodedLine? {
+        typealias Scan = EnvelopeScanner
+        var scan = EnvelopeScanner(line)
+        guard scan.expect(Scan.idPrefix), let id = scan.plainString(), scan.expect(Scan.methodPrefix),
+            let text = scan.plainString(), let method = RPCMethod(parsing: text),
+            scan.expect(Scan.paramPrefix), let value = scan.value(maxDepth: 63)
+        else { return nil }
+        // Not `value.isNull ? nil : value`: JSONValue is ExpressibleByNilLiteral, so that `nil` is `.null`.
+        let param: JSONValue? = value.isNull ? .none : value
+        var key: String?
+        if scan.expect(Scan.keyPrefix) {
+            guard let text = scan.idempotencyKey() else { return nil }
+            key = text
+        }
+        guard scan.expect(Scan.closingBrace), scan.atEnd else { return nil }
+        if method.isCounterRequest { return .counterRequest(Request(id: id, method: method, param: param, form: .canonical)) }
+        return .request(Request(id: id, method: method, param: param, form: .canonical, key: key))
     }
 
     public static func decode(_ value: JSONValue) -> DecodedLine {

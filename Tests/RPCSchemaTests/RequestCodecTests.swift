@@ -11,6 +11,71 @@ private func encoded(_ body: (inout [UInt8]) -> Void) -> String {
     return String(decoding: out, as: UTF8.self)
 }
 
+/// What a decoded line is, comparable (DecodedLine is not Equatable).
+private func describe(_ line: DecodedLine) -> String {
+    switch line {
+    case .request(let request): return "request \(request)"
+    case .counterRequest(let request): return "counterRequest \(request)"
+    case .invalid(let id, let error, let form): return "invalid \(id) \(error) \(String(describing: form))"
+    }
+}
+
+/// The full decode: the line parsed as a JSON value, then its envelope read.
+private func fullDecode(_ text: String) -> DecodedLine {
+    Array(text.utf8).withUnsafeBytes { bytes in
+        guard let value = try? JSONParser.parse(bytes) else { return .invalid(id: "", error: .parseError("-"), form: nil) }
+        return RequestCodec.decode(value)
+    }
+}
+
+@Suite struct RequestCodecWrittenShapeTests {
+    @Test("a canonical line in the writers' shape is read without parsing its envelope, and exactly as the full decode reads it", arguments: [
+        (#"{"id":"7","method":"user.getUser","param":{"userId":"u1"}}"#, true),
+        (#"{"id":"7","method":"user.createUser","param":{"id":"u1","name":"A","email":"a@x"},"key":"k-1"}"#, true),
+        (#"{"id":"7","method":"user.getUserResult","param":{"id":"u1"},"key":"k-1"}"#, true),
+        (#"{"id":"7","method":"error.error","param":{"code":"x"}}"#, true),
+        (#"{"id":"7","method":"user.getUser","param":null}"#, true),
+        (#"{"id":"7","method":"user.getUser","param":"text"}"#, true),
+        (#"{"id":"","method":"a.b","param":{}}"#, true),
+        (#"{"id":"7","method":"user.createUser","param":{},"key":""# + String(repeating: "k", count: 128) + #""}"#, true),
+        (#"{"id":"7","method":"user.getUser","param":"# + String(repeating: "[", count: 63) + String(repeating: "]", count: 63) + "}", true),
+        (#"{"id":"7","method":"user.getUser","param":{"a":1,"a":2}}"#, true),
+        // Anything else goes to the full decode, which decides.
+        (#"{"id":"7","method":"user.getUser","param":"# + String(repeating: "[", count: 64) + String(repeating: "]", count: 64) + "}", false),
+        (#"{"id":"7","method":"user.createUser","param":{},"key":""# + String(repeating: "k", count: 129) + #""}"#, false),
+        (#"{"id":"7","method":"user.createUser","param":{},"key":""}"#, false),
+        (#"{"id":"7","method":"user.createUser","param":{},"key":null}"#, false),
+        (#"{"id":"7","method":"user.createUser","param":{},"key":7}"#, false),
+        (#"{"id":"7","method":"user.createUser","param":{},"params":{}}"#, false),
+        (#"{"id":"7","method":"user.createUser","param":{},"seq":1}"#, false),
+        (#"{"id":"7","method":"user.createUser"}"#, false),
+        (#"{"id":"7","method":"usercreateUser","param":{}}"#, false),
+        (#"{"id":"7","method":"a.b.c","param":{}}"#, false),
+        (#"{"id":"7","method":".b","param":{}}"#, false),
+        (#"{"id":"7\"","method":"user.getUser","param":{}}"#, false),
+        (#"{"id":"é","method":"user.getUser","param":{}}"#, false),
+        (#"{"id":7,"method":"user.getUser","param":{}}"#, false),
+        (#"{ "id":"7","method":"user.getUser","param":{}}"#, false),
+        (#"{"id":"7","method":"user.getUser","param":{}} "#, false),
+        (#"{"id":"7","method":"user.getUser","param":{}}x"#, false),
+        (#"{"id":"7","method":"user.getUser","param":{}"#, false),
+        (#"{"id":"7","method":"user.getUser","param":{"a":01}}"#, false),
+        (#"{"id":"7","method":{"user":{"_0":"getUser"}},"param":{"user":{"getUser":{"userId":"u1"}}}}"#, false),
+        (#"{"method":"user.getUser","id":"7","param":{}}"#, false),
+    ])
+    func writtenShape(_ text: String, recognised: Bool) {
+        let fast = Array(text.utf8).withUnsafeBytes { RequestCodec.decodeWritten($0) }
+        #expect((fast != nil) == recognised, "\(text)")
+        let full = describe(fullDecode(text))
+        if let fast { #expect(describe(fast) == full, "\(text)") }
+        if case .invalid(_, let error, _) = fullDecode(text), error.code == .parseError {
+            if case .invalid(_, let chosen, _) = decode(text) { #expect(chosen.code == .parseError, "\(text)") } else { Issue.record("\(text)") }
+        } else {
+            #expect(describe(decode(text)) == full, "\(text)")
+        }
+    }
+}
+
 @Suite struct RequestCodecTests {
     @Test func canonicalForm() throws {
         guard case .request(let request) = decode(#"{"id":"7","method":"user.getUser","param":{"userId":"u1"}}"#) else {

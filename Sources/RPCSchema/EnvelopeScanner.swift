@@ -1,0 +1,93 @@
+/// Reads a line of a fixed shape, such as `{"id":"…","method":"…","param":…}`, without building
+/// its envelope as a JSON object: literal bytes, plain strings, one JSON value, whole numbers.
+/// Every method returns nil or false for anything outside its narrow case, and the caller then
+/// parses the line in full, which decides and words the error: so a scanner path must accept
+/// only what the full parse would accept, and read it the same way.
+public struct EnvelopeScanner {
+    private let bytes: UnsafeRawBufferPointer
+    /// Where the scanned part ends (a journal line's seal starts there).
+    private let end: Int
+    public private(set) var position = 0
+
+    public init(_ bytes: UnsafeRawBufferPointer, end: Int? = nil) {
+        self.bytes = bytes
+        self.end = min(end ?? bytes.count, bytes.count)
+    }
+
+    public var atEnd: Bool { position == end }
+
+    /// Consumes `literal` if the bytes at the position are exactly it.
+    public mutating func expect(_ literal: [UInt8]) -> Bool {
+        guard end - position >= literal.count else { return false }
+        for k in literal.indices where bytes[position + k] != literal[k] { return false }
+        position += literal.count
+        return true
+    }
+
+    /// The rest of a string whose opening quote was consumed, through its closing quote: printable
+    /// ASCII without escapes only (nil for anything else, including a `\`).
+    public mutating func plainString() -> String? {
+        guard let base = bytes.baseAddress?.assumingMemoryBound(to: UInt8.self) else { return nil }
+        let start = position
+        var i = start
+        // Eight bytes at a time while none is a quote, a backslash, a control byte, DEL or non-ASCII.
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highs: UInt64 = 0x8080_8080_8080_8080
+        @inline(__always) func hasZeroByte(_ x: UInt64) -> Bool { (x &- ones) & ~x & highs != 0 }
+        while i + 8 <= end {
+            let word = UInt64(littleEndian: UnsafeRawPointer(base + i).loadUnaligned(as: UInt64.self))
+            let special = word & highs != 0 || (word &- ones &* 0x20) & ~word & highs != 0
+                || hasZeroByte(word ^ (ones &* 0x22)) || hasZeroByte(word ^ (ones &* 0x5C)) || hasZeroByte(word ^ (ones &* 0x7F))
+            if special { break }
+            i += 8
+        }
+        while i < end {
+            let byte = base[i]
+            if byte == UInt8(ascii: "\"") {
+                position = i + 1
+                return String(decoding: UnsafeBufferPointer(start: base + start, count: i - start), as: UTF8.self)
+            }
+            guard byte >= 0x20, byte < 0x7F, byte != UInt8(ascii: "\\") else { return nil }
+            i += 1
+        }
+        return nil
+    }
+
+    /// One JSON value starting at the position, nested at most `maxDepth` levels (one less than
+    /// the full parse allows when the value sits inside the envelope object).
+    public mutating func value(maxDepth: Int) -> JSONValue? {
+        guard position < end,
+            let parsed = try? JSONParser.parseValue(in: UnsafeRawBufferPointer(rebasing: bytes[..<end]), at: position, maxDepth: maxDepth)
+        else { return nil }
+        position = parsed.end
+        return parsed.value
+    }
+
+    /// A JSON whole number (no sign, no leading zero) that fits in 64 bits.
+    public mutating func wholeNumber() -> UInt64? {
+        let start = position
+        var number: UInt64 = 0
+        while position < end, bytes[position] >= UInt8(ascii: "0"), bytes[position] <= UInt8(ascii: "9") {
+            let (times10, overflow) = number.multipliedReportingOverflow(by: 10)
+            let (sum, carry) = times10.addingReportingOverflow(UInt64(bytes[position] - UInt8(ascii: "0")))
+            guard !overflow, !carry else { return nil }
+            number = sum
+            position += 1
+        }
+        guard position > start, bytes[start] != UInt8(ascii: "0") || position == start + 1 else { return nil }
+        return number
+    }
+
+    /// A `"key":"…"` value as a request and a record accept it: 1 to `Request.maxKeyBytes` bytes.
+    public mutating func idempotencyKey() -> String? {
+        guard let text = plainString(), !text.isEmpty, text.utf8.count <= Request.maxKeyBytes else { return nil }
+        return text
+    }
+
+    public static let idPrefix = Array(#"{"id":""#.utf8)
+    public static let methodPrefix = Array(#","method":""#.utf8)
+    public static let paramPrefix = Array(#","param":"#.utf8)
+    public static let keyPrefix = Array(#","key":""#.utf8)
+    public static let seqPrefix = Array(#","seq":"#.utf8)
+    public static let closingBrace = [UInt8(ascii: "}")]
+}
