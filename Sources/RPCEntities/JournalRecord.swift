@@ -189,20 +189,10 @@ public enum JournalRecord {
     /// parse would reject or read differently (the param is parsed one level shallower, as it
     /// would be inside the envelope).
     static func writtenFields(_ line: UnsafeRawBufferPointer) -> Fields? {
-        typealias Scan = EnvelopeScanner
         var scan = EnvelopeScanner(line, end: line.count - sealLength)
-        guard scan.expect(Scan.idPrefix), let id = scan.plainString(), scan.expect(Scan.methodPrefix),
-            let method = scan.plainString(), scan.expect(Scan.paramPrefix), let value = scan.value(maxDepth: 63)
-        else { return nil }
-        // Not `value.isNull ? nil : value`: JSONValue is ExpressibleByNilLiteral, so that `nil` is `.null`.
-        let param: JSONValue? = value.isNull ? .none : value
-        var key: String?
-        if scan.expect(Scan.keyPrefix) {
-            guard let text = scan.idempotencyKey() else { return nil }
-            key = text
-        }
+        guard let (id, method, param, key) = scan.requestHead() else { return nil }
         var seq: UInt64?
-        if scan.expect(Scan.seqPrefix) {
+        if scan.expect(EnvelopeScanner.seqPrefix) {
             guard let number = scan.wholeNumber() else { return nil }
             seq = number
         }

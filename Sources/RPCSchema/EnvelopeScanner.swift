@@ -78,6 +78,21 @@ public struct EnvelopeScanner {
         return number
     }
 
+    /// The start every writer gives a request and a journal record: `{"id":"…","method":"…",
+    /// "param":…` and an optional `,"key":"…"`. A `null` param is no param, as in the full decode.
+    public mutating func requestHead() -> (id: String, method: String, param: JSONValue?, key: String?)? {
+        guard expect(Self.idPrefix), let id = plainString(), expect(Self.methodPrefix), let method = plainString(),
+            expect(Self.paramPrefix), let value = value(maxDepth: 63)
+        else { return nil }
+        var key: String?
+        if expect(Self.keyPrefix) {
+            guard let text = idempotencyKey() else { return nil }
+            key = text
+        }
+        // Not `value.isNull ? nil : value`: JSONValue is ExpressibleByNilLiteral, so that `nil` is `.null`.
+        return (id, method, value.isNull ? .none : value, key)
+    }
+
     /// A `"key":"…"` value as a request and a record accept it: 1 to `Request.maxKeyBytes` bytes.
     public mutating func idempotencyKey() -> String? {
         guard let text = plainString(), !text.isEmpty, text.utf8.count <= Request.maxKeyBytes else { return nil }

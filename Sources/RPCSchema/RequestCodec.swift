@@ -71,20 +71,10 @@ public enum RequestCodec {
     /// full decode then reads. It accepts nothing the full decode would refuse and reads it the
     /// same way (tests hold the two equal).
     static func decodeWritten(_ line: UnsafeRawBufferPointer) -> DecodedLine? {
-        typealias Scan = EnvelopeScanner
         var scan = EnvelopeScanner(line)
-        guard scan.expect(Scan.idPrefix), let id = scan.plainString(), scan.expect(Scan.methodPrefix),
-            let text = scan.plainString(), let method = RPCMethod(parsing: text),
-            scan.expect(Scan.paramPrefix), let value = scan.value(maxDepth: 63)
+        guard let (id, text, param, key) = scan.requestHead(), let method = RPCMethod(parsing: text),
+            scan.expect(EnvelopeScanner.closingBrace), scan.atEnd
         else { return nil }
-        // Not `value.isNull ? nil : value`: JSONValue is ExpressibleByNilLiteral, so that `nil` is `.null`.
-        let param: JSONValue? = value.isNull ? .none : value
-        var key: String?
-        if scan.expect(Scan.keyPrefix) {
-            guard let text = scan.idempotencyKey() else { return nil }
-            key = text
-        }
-        guard scan.expect(Scan.closingBrace), scan.atEnd else { return nil }
         if method.isCounterRequest { return .counterRequest(Request(id: id, method: method, param: param, form: .canonical)) }
         return .request(Request(id: id, method: method, param: param, form: .canonical, key: key))
     }
