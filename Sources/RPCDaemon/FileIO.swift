@@ -203,6 +203,8 @@ final class Faults: @unchecked Sendable {
     let crashAt: String?
     /// Microseconds each fsync sleeps first (0: none).
     let fsyncDelayMicroseconds: UInt32
+    /// Microseconds a compaction waits before it writes its snapshot (0: none).
+    let compactionDelayMicroseconds: UInt32
     private let fsyncLimit: Int?
     private let writeLimit: Int?
     private let lock = NSLock()
@@ -212,6 +214,7 @@ final class Faults: @unchecked Sendable {
     init(environment: [String: String]) {
         crashAt = environment["RPCD_TEST_CRASH_AT"]
         fsyncDelayMicroseconds = environment["RPCD_TEST_FSYNC_DELAY_MS"].flatMap { UInt32($0) }.map { min($0, 10_000) * 1000 } ?? 0
+        compactionDelayMicroseconds = environment["RPCD_TEST_COMPACTION_DELAY_MS"].flatMap { UInt32($0) }.map { min($0, 10_000) * 1000 } ?? 0
         fsyncLimit = environment["RPCD_TEST_FAIL_FSYNC_AFTER"].flatMap { Int($0) }
         writeLimit = environment["RPCD_TEST_FAIL_WRITE_AFTER"].flatMap { Int($0) }
     }

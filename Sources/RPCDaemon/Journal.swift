@@ -241,6 +241,7 @@ final class Journal: MutationLog, @unchecked Sendable {
     private func compact(_ capture: @Sendable () -> (Entities, UInt64)?) {
         let started = DispatchTime.now()
         guard let (state, seq) = capture() else { return }
+        if Faults.shared.compactionDelayMicroseconds > 0 { usleep(Faults.shared.compactionDelayMicroseconds) }  // tests only
         do {
             let bytes = try SnapshotFile.write(state, seq: seq, in: directory)
             queue.async { self.finishCompaction(seq: seq, snapshotBytes: bytes, started: started) }

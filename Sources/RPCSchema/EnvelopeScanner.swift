@@ -1,23 +1,24 @@
 /// Reads a line of a fixed shape, such as `{"id":"…","method":"…","param":…}`, without building
 /// its envelope as a JSON object: literal bytes, plain strings, one JSON value, whole numbers.
+/// Package-internal: not part of the `RPC` product's API.
 /// Every method returns nil or false for anything outside its narrow case, and the caller then
 /// parses the line in full, which decides and words the error: so a scanner path must accept
 /// only what the full parse would accept, and read it the same way.
-public struct EnvelopeScanner {
+package struct EnvelopeScanner {
     private let bytes: UnsafeRawBufferPointer
     /// Where the scanned part ends (a journal line's seal starts there).
     private let end: Int
-    public private(set) var position = 0
+    package private(set) var position = 0
 
-    public init(_ bytes: UnsafeRawBufferPointer, end: Int? = nil) {
+    package init(_ bytes: UnsafeRawBufferPointer, end: Int? = nil) {
         self.bytes = bytes
         self.end = min(end ?? bytes.count, bytes.count)
     }
 
-    public var atEnd: Bool { position == end }
+    package var atEnd: Bool { position == end }
 
     /// Consumes `literal` if the bytes at the position are exactly it.
-    public mutating func expect(_ literal: [UInt8]) -> Bool {
+    package mutating func expect(_ literal: [UInt8]) -> Bool {
         guard end - position >= literal.count else { return false }
         for k in literal.indices where bytes[position + k] != literal[k] { return false }
         position += literal.count
@@ -26,7 +27,7 @@ public struct EnvelopeScanner {
 
     /// The rest of a string whose opening quote was consumed, through its closing quote: printable
     /// ASCII without escapes only (nil for anything else, including a `\`).
-    public mutating func plainString() -> String? {
+    package mutating func plainString() -> String? {
         guard let base = bytes.baseAddress?.assumingMemoryBound(to: UInt8.self) else { return nil }
         let start = position
         var i = start
@@ -55,7 +56,7 @@ public struct EnvelopeScanner {
 
     /// One JSON value starting at the position, nested at most `maxDepth` levels (one less than
     /// the full parse allows when the value sits inside the envelope object).
-    public mutating func value(maxDepth: Int) -> JSONValue? {
+    package mutating func value(maxDepth: Int) -> JSONValue? {
         guard position < end,
             let parsed = try? JSONParser.parseValue(in: UnsafeRawBufferPointer(rebasing: bytes[..<end]), at: position, maxDepth: maxDepth)
         else { return nil }
@@ -64,7 +65,7 @@ public struct EnvelopeScanner {
     }
 
     /// A JSON whole number (no sign, no leading zero) that fits in 64 bits.
-    public mutating func wholeNumber() -> UInt64? {
+    package mutating func wholeNumber() -> UInt64? {
         let start = position
         var number: UInt64 = 0
         while position < end, bytes[position] >= UInt8(ascii: "0"), bytes[position] <= UInt8(ascii: "9") {
@@ -80,7 +81,7 @@ public struct EnvelopeScanner {
 
     /// The start every writer gives a request and a journal record: `{"id":"…","method":"…",
     /// "param":…` and an optional `,"key":"…"`. A `null` param is no param, as in the full decode.
-    public mutating func requestHead() -> (id: String, method: String, param: JSONValue?, key: String?)? {
+    package mutating func requestHead() -> (id: String, method: String, param: JSONValue?, key: String?)? {
         guard expect(Self.idPrefix), let id = plainString(), expect(Self.methodPrefix), let method = plainString(),
             expect(Self.paramPrefix), let value = value(maxDepth: 63)
         else { return nil }
@@ -94,15 +95,15 @@ public struct EnvelopeScanner {
     }
 
     /// A `"key":"…"` value as a request and a record accept it: 1 to `Request.maxKeyBytes` bytes.
-    public mutating func idempotencyKey() -> String? {
+    package mutating func idempotencyKey() -> String? {
         guard let text = plainString(), !text.isEmpty, text.utf8.count <= Request.maxKeyBytes else { return nil }
         return text
     }
 
-    public static let idPrefix = Array(#"{"id":""#.utf8)
-    public static let methodPrefix = Array(#","method":""#.utf8)
-    public static let paramPrefix = Array(#","param":"#.utf8)
-    public static let keyPrefix = Array(#","key":""#.utf8)
-    public static let seqPrefix = Array(#","seq":"#.utf8)
-    public static let closingBrace = [UInt8(ascii: "}")]
+    package static let idPrefix = Array(#"{"id":""#.utf8)
+    package static let methodPrefix = Array(#","method":""#.utf8)
+    package static let paramPrefix = Array(#","param":"#.utf8)
+    package static let keyPrefix = Array(#","key":""#.utf8)
+    package static let seqPrefix = Array(#","seq":"#.utf8)
+    package static let closingBrace = [UInt8(ascii: "}")]
 }

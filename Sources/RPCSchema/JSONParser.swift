@@ -31,7 +31,7 @@ public enum JSONParser {
     /// Parses the one JSON value that starts at `offset` (no whitespace before it) and returns it
     /// with the offset just past it; the bytes after it are not looked at. For a caller that scans
     /// a fixed envelope around a value itself (journal replay).
-    public static func parseValue(
+    package static func parseValue(
         in bytes: UnsafeRawBufferPointer, at offset: Int, maxDepth: Int = 64
     ) throws(JSONParseError) -> (value: JSONValue, end: Int) {
         guard let base = bytes.baseAddress, offset >= 0, offset < bytes.count else {

@@ -82,15 +82,31 @@ struct JournalCompactionTests {
     func stopLetsCompactionFinish() throws {
         let dir = JournalSupport.makeDataDir()
         defer { JournalSupport.remove(dir) }
-        // Every fsync sleeps 1.5 s first, so the compaction's snapshot is still being written when
-        // the stop comes; the daemon waits up to 5 s for it.
+        // The compaction waits 4 s before it writes its snapshot (test hook), so it is still under
+        // way when the stop comes; the daemon waits up to 5 s for it.
         let first = try DaemonProcess(
             extraArguments: ["--compact-after-bytes", "20000", "--fsync", "none"], dataDir: dir,
-            environment: ["RPCD_TEST_FSYNC_DELAY_MS": "1500"])
-        let acked = try JournalSupport.createUsers(port: first.port, range: 0..<200)  // ~30 kB: one compaction
+            environment: ["RPCD_TEST_COMPACTION_DELAY_MS": "4000"])
+        // Users in batches of 20 until the compaction has started (journal.next.jsonl exists),
+        // watched from this thread, so the stop comes within a batch of its start whatever the
+        // machine's load.
         let next = dir.appendingPathComponent("journal.next.jsonl").path
-        let deadline = Date().addingTimeInterval(10)
-        while !FileManager.default.fileExists(atPath: next) && Date() < deadline { usleep(5_000) }
+        let started = Locked(false)
+        let acked = Locked<[String]>([])
+        let writer = DispatchGroup()
+        let port = first.port
+        writer.enter()
+        DispatchQueue.global().async {
+            defer { writer.leave() }
+            for batch in 0..<100 where !started.current {
+                guard let ids = try? JournalSupport.createUsers(port: port, range: (batch * 20)..<(batch * 20 + 20)) else { return }
+                acked.withLock { $0 += ids }
+            }
+        }
+        let deadline = Date().addingTimeInterval(60)
+        while !FileManager.default.fileExists(atPath: next) && Date() < deadline { usleep(2_000) }
+        started.withLock { $0 = true }
+        #expect(writer.wait(timeout: .now() + 60) == .success)
         #expect(FileManager.default.fileExists(atPath: next), "no compaction started: \(first.stderrTail())")
         first.terminate()
         #expect(first.waitForExit(timeout: 20) == 0, "\(first.stderrTail())")
@@ -100,7 +116,7 @@ struct JournalCompactionTests {
 
         let second = try DaemonProcess(dataDir: dir)
         defer { second.stop() }
-        #expect(try JournalSupport.userIDs(port: second.port) == Set(acked), "stderr: \(second.stderrTail())")
+        #expect(try JournalSupport.userIDs(port: second.port) == Set(acked.current), "stderr: \(second.stderrTail())")
         #expect(!second.stderrText.contains("finishing a compaction"), "\(second.stderrTail())")
     }
 }
