@@ -192,7 +192,7 @@ public enum JournalRecord {
         var scan = EnvelopeScanner(line, end: line.count - sealLength)
         guard let (id, method, param, key) = scan.requestHead() else { return nil }
         var seq: UInt64?
-        if scan.expect(EnvelopeScanner.seqPrefix) {
+        if scan.expect(seqPrefix) {
             guard let number = scan.wholeNumber() else { return nil }
             seq = number
         }

@@ -269,7 +269,7 @@ public struct JournalReplay {
             cached = CachedEntry(found)
             entries[fields.method] = cached
         }
-        return withExtendedLifetime(cached) { apply(fields, seq: seq, entry: cached.entry) }
+        return apply(fields, seq: seq, entry: cached.entry)
     }
 
     private mutating func apply(_ fields: JournalRecord.Fields, seq: UInt64, entry: borrowing MethodTable<Entities>.Entry) -> String? {

@@ -87,23 +87,17 @@ package struct EnvelopeScanner {
         else { return nil }
         var key: String?
         if expect(Self.keyPrefix) {
-            guard let text = idempotencyKey() else { return nil }
+            // As a request and a record accept it: 1 to `Request.maxKeyBytes` bytes.
+            guard let text = plainString(), !text.isEmpty, text.utf8.count <= Request.maxKeyBytes else { return nil }
             key = text
         }
         // Not `value.isNull ? nil : value`: JSONValue is ExpressibleByNilLiteral, so that `nil` is `.null`.
         return (id, method, value.isNull ? .none : value, key)
     }
 
-    /// A `"key":"…"` value as a request and a record accept it: 1 to `Request.maxKeyBytes` bytes.
-    package mutating func idempotencyKey() -> String? {
-        guard let text = plainString(), !text.isEmpty, text.utf8.count <= Request.maxKeyBytes else { return nil }
-        return text
-    }
-
-    package static let idPrefix = Array(#"{"id":""#.utf8)
-    package static let methodPrefix = Array(#","method":""#.utf8)
-    package static let paramPrefix = Array(#","param":"#.utf8)
-    package static let keyPrefix = Array(#","key":""#.utf8)
-    package static let seqPrefix = Array(#","seq":"#.utf8)
+    private static let idPrefix = Array(#"{"id":""#.utf8)
+    private static let methodPrefix = Array(#","method":""#.utf8)
+    private static let paramPrefix = Array(#","param":"#.utf8)
+    private static let keyPrefix = Array(#","key":""#.utf8)
     package static let closingBrace = [UInt8(ascii: "}")]
 }

@@ -30,7 +30,7 @@ public enum JSONParser {
 
     /// Parses the one JSON value that starts at `offset` (no whitespace before it) and returns it
     /// with the offset just past it; the bytes after it are not looked at. For a caller that scans
-    /// a fixed envelope around a value itself (journal replay).
+    /// a fixed envelope around a value itself (`EnvelopeScanner`).
     package static func parseValue(
         in bytes: UnsafeRawBufferPointer, at offset: Int, maxDepth: Int = 64
     ) throws(JSONParseError) -> (value: JSONValue, end: Int) {
