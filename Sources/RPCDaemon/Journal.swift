@@ -25,6 +25,8 @@ final class Journal: MutationLog, @unchecked Sendable {
     private let log: Logger
     private let lock = NSLock()
     private var commit: GroupCommit
+    /// A record found the writer idle; `recorded()` starts it. Guarded by `lock`.
+    private var writerStartPending = false
     private let queue = DispatchQueue(label: "rpcd.journal.writer")
     private let compactionQueue = DispatchQueue(label: "rpcd.journal.compaction", qos: .utility)
     private var capture: (@Sendable () -> (Entities, UInt64)?)?
@@ -83,15 +85,30 @@ final class Journal: MutationLog, @unchecked Sendable {
     func refusal() -> String? { lock.withLock { commit.refusal() } }
 
     func record(_ body: JournalRecord.Body) -> UInt64? {
-        let (seq, start) = lock.withLock { commit.append(body) }
-        if start { queue.async { self.drain() } }
-        return seq
+        lock.withLock {
+            let (seq, start) = commit.append(body)
+            if start { writerStartPending = true }
+            return seq
+        }
     }
 
     func record(_ body: JournalRecord.Body, at seq: UInt64) -> UInt64? {
-        let (seq, start) = lock.withLock { commit.append(body, at: seq) }
+        lock.withLock {
+            let (seq, start) = commit.append(body, at: seq)
+            if start { writerStartPending = true }
+            return seq
+        }
+    }
+
+    /// Starts the writer if a record asked for it (after the dispatcher's lock is released: a
+    /// `queue.async` may wake a thread, a syscall the other loops would wait behind). Whoever
+    /// calls first after the record starts it, once.
+    func recorded() {
+        let start = lock.withLock {
+            defer { writerStartPending = false }
+            return writerStartPending
+        }
         if start { queue.async { self.drain() } }
-        return seq
     }
 
     // MARK: - The change feed

@@ -13,6 +13,9 @@ public protocol MutationLog: AnyObject, Sendable {
     /// Records a leader's mutation under the leader's sequence number `seq` (on a follower, whose
     /// journal stays byte-compatible with its leader's); returns the ticket, as `record` does.
     func record(_ body: JournalRecord.Body, at seq: UInt64) -> UInt64?
+    /// Called once the state lock is released by a caller that recorded: starts what `record`
+    /// left for later (the journal's writer), so the lock is never held across a thread wake-up.
+    func recorded()
     /// Calls `done` once `ticket` is durable (`nil`) or can never be (the reason). Any thread.
     func whenDurable(_ ticket: UInt64, _ done: @escaping @Sendable (_ failure: String?) -> Void)
 }
@@ -20,6 +23,8 @@ public protocol MutationLog: AnyObject, Sendable {
 extension MutationLog {
     /// A log that numbers records itself ignores the leader's number.
     public func record(_ body: JournalRecord.Body, at seq: UInt64) -> UInt64? { record(body) }
+    /// A log with nothing to start after recording.
+    public func recorded() {}
 }
 
 /// Turns request lines into counter-request lines: decode the envelope, find the method, run it
@@ -173,7 +178,10 @@ public final class Dispatcher: @unchecked Sendable {
     ) {
         let start = out.count
         lock.lock()
-        defer { lock.unlock() }
+        defer {
+            lock.unlock()
+            log?.recorded()
+        }
         for call in calls where out.count - start < maxBytes {
             var ticket: UInt64?
             let error = RequestCodec.encode(id: call.id, method: call.result, form: call.form, into: &out) { out in
@@ -322,7 +330,10 @@ public final class Dispatcher: @unchecked Sendable {
         let body = log.map { _ in body ?? JournalRecord.Body(request) }
         let now = DispatchTime.now().uptimeNanoseconds
         lock.lock()
-        defer { lock.unlock() }
+        defer {
+            lock.unlock()
+            log?.recorded()
+        }
         if let log, let reason = log.refusal() { return .refused(reason) }
         let start = out.count
         if let error = prepared(&state, &out) { return .failed(error) }
