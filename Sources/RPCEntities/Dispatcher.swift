@@ -182,6 +182,9 @@ public final class Dispatcher: @unchecked Sendable {
             lock.unlock()
             log?.recorded()
         }
+        for call in calls {
+            if let keyed = call.keyed { state.keys.prefetch(keyed.key) }
+        }
         for call in calls where out.count - start < maxBytes {
             var ticket: UInt64?
             let error = RequestCodec.encode(id: call.id, method: call.result, form: call.form, into: &out) { out in

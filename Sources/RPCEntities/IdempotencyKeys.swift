@@ -1,3 +1,4 @@
+import CRPCLinux
 import RPCSchema
 
 /// The outcomes of keyed mutations, so a retry with the same key gets the first outcome again
@@ -8,10 +9,12 @@ import RPCSchema
 ///
 /// Laid out for a table that only grows at its end and shrinks at its start, and is looked up
 /// mostly for keys it does not hold (a first attempt):
-/// - the entries, in arrival order, in fixed chunks (appended, dropped a chunk at a time);
-/// - the replies' bytes, in arrival order, in byte chunks (no allocation per key);
-/// - an index of 64 open-addressing shards of 8-byte slots (an entry's number and a tag of its
-///   hash), so a miss reads one cache line and never the key.
+/// - the entries, in arrival order, in fixed chunks (appended, dropped a chunk at a time); an
+///   entry is plain data (no reference), so reading or dropping one touches no other memory;
+/// - the keys' and replies' bytes, in arrival order, in byte chunks (no allocation per key);
+/// - an index of 64 open-addressing shards of 8-byte slots (an entry's number and 24 bits of its
+///   key's hash), so a miss reads one cache line and never the key, and growing a shard reads
+///   no entry.
 /// After compaction takes a copy-on-write copy of the state, the next keyed mutation copies one
 /// index shard, one entry chunk and one byte chunk, never the whole table.
 public struct IdempotencyKeys: Sendable {
@@ -79,39 +82,46 @@ public struct IdempotencyKeys: Sendable {
         public static func == (a: Key, b: Key) -> Bool { a.hash == b.hash && a.id == b.id }
         public func hash(into hasher: inout Hasher) { hasher.combine(hash) }
 
-        @inline(__always) var shard: Int { hash & (IdempotencyKeys.shardCount - 1) }
-        @inline(__always) var home: Int { Int(truncatingIfNeeded: UInt(bitPattern: hash) >> 6) }
-        @inline(__always) var tag: UInt64 { UInt64(UInt(bitPattern: hash) >> 48) & 0xFFFF }
     }
 
-    /// One remembered key: 64 bytes, its reply's bytes in `bytes`.
+    /// Where a key's hash puts it: its shard, its home slot (masked by the shard's size), and the
+    /// 24 bits its slot holds: the home's own low bits, so a shard of up to 2^24 slots is rehashed
+    /// from its slots alone (the rest still tell keys apart on a lookup).
+    @inline(__always) private static func shard(_ hash: Int) -> Int { hash & (shardCount - 1) }
+    @inline(__always) private static func home(_ hash: Int) -> Int { Int(truncatingIfNeeded: UInt(bitPattern: hash) >> 6) }
+    @inline(__always) private static func tag(_ hash: Int) -> UInt64 { UInt64(UInt(bitPattern: hash) >> 6) & tagMask }
+
+    /// One remembered key: 56 bytes of plain data, its key's and reply's bytes in `bytes`.
     struct Entry: Sendable {
-        let key: Key
+        let hash: Int
         let digest: UInt64
         let seq: UInt64
         /// Uptime in nanoseconds when remembered (replay stamps the replay time).
         let at: UInt64
-        /// The reply: the byte chunk's number, where it starts in it, its length.
+        /// The key's bytes then the reply's: the byte chunk's number, where they start in it, the
+        /// key's length, the reply's.
         let chunk: UInt32
         let offset: UInt32
-        let length: UInt32
+        let keyLength: UInt32
+        let replyLength: UInt32
         let failed: Bool
     }
 
     static var shardCount: Int { 64 }
     private static var entryChunkSize: Int { 4096 }
     private static var byteChunkSize: Int { 256 * 1024 }
-    /// Slots hold `number | tag << 48`, where `number` is the entry's number plus one (0: empty).
-    private static var numberMask: UInt64 { (1 << 48) - 1 }
+    /// Slots hold `number | tag << 40`, where `number` is the entry's number plus one (0: empty).
+    private static var numberMask: UInt64 { (1 << 40) - 1 }
+    private static var tagMask: UInt64 { (1 << 24) - 1 }
     private static var tombstone: UInt64 { numberMask }
 
-    @inline(__always) private static func slot(number: UInt64, tag: UInt64) -> UInt64 { (number &+ 1) | tag << 48 }
+    @inline(__always) private static func slot(number: UInt64, tag: UInt64) -> UInt64 { (number &+ 1) | tag << 40 }
     /// The entry number in a live slot.
     @inline(__always) private static func number(in slot: UInt64) -> UInt64 { (slot & numberMask) &- 1 }
     /// Neither empty nor a tombstone.
     @inline(__always) private static func isLive(_ slot: UInt64) -> Bool { slot != 0 && slot & numberMask != tombstone }
     /// Entry numbers are renumbered from 0 before they reach this (never, in practice).
-    static var numberLimit: UInt64 { (1 << 47) }
+    static var numberLimit: UInt64 { (1 << 39) }
 
     private struct Shard: Sendable {
         var slots: [UInt64] = []
@@ -156,7 +166,7 @@ public struct IdempotencyKeys: Sendable {
         guard let number = find(key) else { return nil }
         hits += 1
         let entry = self.entry(number)
-        return Outcome(digest: entry.digest, reply: Array(reply(of: entry)), failed: entry.failed, seq: entry.seq)
+        return Outcome(digest: entry.digest, reply: withReply(of: entry) { Array($0) }, failed: entry.failed, seq: entry.seq)
     }
 
     /// Remembers `outcome` for `key` (a new key: callers look up first; a key already held keeps
@@ -208,7 +218,8 @@ public struct IdempotencyKeys: Sendable {
     ) rethrows {
         try Self.forEachLive(entries, head: head) { entry in
             guard !entry.failed else { return }
-            try reply(of: entry).withUnsafeBytes { try body(entry.key.id, entry.digest, entry.seq, $0) }
+            let key = withKey(of: entry) { ExactID(String(decoding: $0, as: UTF8.self)) }
+            try withReply(of: entry) { try body(key, entry.digest, entry.seq, UnsafeRawBufferPointer($0)) }
         }
     }
 
@@ -230,11 +241,15 @@ public struct IdempotencyKeys: Sendable {
     private mutating func append(_ key: Key, digest: UInt64, reply: UnsafeRawBufferPointer, failed: Bool, seq: UInt64, now: UInt64) {
         guard limit > 0 else { return }
         if base &+ UInt64(head) &+ UInt64(count) >= Self.numberLimit { renumber() }
-        // A mutation's reply is one record, built from a request line under the frame limit (at
-        // most 64 MiB): its length fits the entry's 32 bits.
-        let (chunk, offset) = store(reply)
+        // A key and a reply come from one request line under the frame limit (at most 64 MiB):
+        // their lengths fit the entry's 32 bits.
+        let (chunk, offset, keyLength) = ExactUTF8.withBytes(key.id.string) { key in
+            let (chunk, offset) = store(UnsafeRawBufferPointer(key), reply)
+            return (chunk, offset, UInt32(key.count))
+        }
         let entry = Entry(
-            key: key, digest: digest, seq: seq, at: now, chunk: chunk, offset: offset, length: UInt32(reply.count), failed: failed)
+            hash: key.hash, digest: digest, seq: seq, at: now, chunk: chunk, offset: offset, keyLength: keyLength,
+            replyLength: UInt32(reply.count), failed: failed)
         if entries.isEmpty || entries[entries.count - 1].count == Self.entryChunkSize {
             entries.append([])
             entries[entries.count - 1].reserveCapacity(Self.entryChunkSize)
@@ -242,7 +257,7 @@ public struct IdempotencyKeys: Sendable {
         entries[entries.count - 1].append(entry)
         let number = base &+ UInt64(head) &+ UInt64(count)
         count += 1
-        insert(key, number: number)
+        insert(hash: key.hash, number: number)
         while count > limit { evictOldest() }
     }
 
@@ -253,28 +268,45 @@ public struct IdempotencyKeys: Sendable {
         return entries[position / Self.entryChunkSize][position % Self.entryChunkSize]
     }
 
-    private func reply(of entry: Entry) -> ArraySlice<UInt8> {
-        bytes[Int(entry.chunk &- bytesBase)][Int(entry.offset)..<Int(entry.offset) + Int(entry.length)]
+    /// Calls `body` with the bytes of `entry`'s key.
+    @inline(__always)
+    private func withKey<R>(of entry: Entry, _ body: (UnsafeBufferPointer<UInt8>) throws -> R) rethrows -> R {
+        try withBytes(of: entry, from: Int(entry.offset), count: Int(entry.keyLength), body)
     }
 
-    /// Appends `reply` to the last byte chunk (a new one when it does not fit: its own size when
-    /// larger than a chunk); returns the chunk's number and where the reply starts.
-    private mutating func store(_ reply: UnsafeRawBufferPointer) -> (chunk: UInt32, offset: UInt32) {
-        if bytes.isEmpty || bytes[bytes.count - 1].capacity - bytes[bytes.count - 1].count < reply.count {
+    /// Calls `body` with the bytes of `entry`'s reply.
+    private func withReply<R>(of entry: Entry, _ body: (UnsafeBufferPointer<UInt8>) throws -> R) rethrows -> R {
+        try withBytes(of: entry, from: Int(entry.offset) + Int(entry.keyLength), count: Int(entry.replyLength), body)
+    }
+
+    @inline(__always)
+    private func withBytes<R>(
+        of entry: Entry, from start: Int, count: Int, _ body: (UnsafeBufferPointer<UInt8>) throws -> R
+    ) rethrows -> R {
+        try bytes[Int(entry.chunk &- bytesBase)].withUnsafeBufferPointer { chunk in
+            try body(UnsafeBufferPointer(rebasing: chunk[start..<start + count]))
+        }
+    }
+
+    /// Appends `key` then `reply` to the last byte chunk (a new one when they do not fit: their
+    /// own size when larger than a chunk); returns the chunk's number and where the key starts.
+    private mutating func store(_ key: UnsafeRawBufferPointer, _ reply: UnsafeRawBufferPointer) -> (chunk: UInt32, offset: UInt32) {
+        let size = key.count + reply.count
+        if bytes.isEmpty || bytes[bytes.count - 1].capacity - bytes[bytes.count - 1].count < size {
             var chunk: [UInt8] = []
-            chunk.reserveCapacity(max(Self.byteChunkSize, reply.count))
+            chunk.reserveCapacity(max(Self.byteChunkSize, size))
             bytes.append(chunk)
         }
         let last = bytes.count - 1
         let offset = bytes[last].count
+        bytes[last].append(contentsOf: key)
         bytes[last].append(contentsOf: reply)
         return (bytesBase &+ UInt32(truncatingIfNeeded: last), UInt32(offset))
     }
 
     private mutating func evictOldest() {
         guard count > 0 else { return }
-        let oldest = entries[0][head]
-        remove(oldest.key, number: base &+ UInt64(head))
+        remove(hash: entries[0][head].hash, number: base &+ UInt64(head))
         count -= 1
         evictions += 1
         head += 1
@@ -303,7 +335,7 @@ public struct IdempotencyKeys: Sendable {
         for index in shards.indices { shards[index] = Shard() }
         var number = first
         Self.forEachLive(entries, head: head) { entry in
-            insert(entry.key, number: number)
+            insert(hash: entry.hash, number: number)
             number += 1
         }
     }
@@ -312,32 +344,49 @@ public struct IdempotencyKeys: Sendable {
 
     // MARK: - The index
 
+    /// Asks the CPU for the index slot where a lookup of `key` starts (a batch prefetches every
+    /// key before looking any up, so their cache misses overlap).
+    public func prefetch(_ key: Key) {
+        let s = Self.shard(key.hash)
+        shards[s].slots.withUnsafeBufferPointer { slots in
+            guard let base = slots.baseAddress else { return }
+            crpc_prefetch(base + (Self.home(key.hash) & (slots.count - 1)))
+        }
+    }
+
     /// The number of the entry holding `key`.
     private func find(_ key: Key) -> UInt64? {
-        let shard = shards[key.shard]
-        guard shard.live > 0 else { return nil }
-        return shard.slots.withUnsafeBufferPointer { slots in
+        let s = Self.shard(key.hash)
+        guard shards[s].live > 0 else { return nil }
+        return shards[s].slots.withUnsafeBufferPointer { slots in
             let mask = slots.count - 1
-            let tag = key.tag
-            var i = key.home & mask
+            let tag = Self.tag(key.hash)
+            var i = Self.home(key.hash) & mask
             while true {
                 let slot = slots[i]
                 if slot == 0 { return nil }
-                if slot >> 48 == tag && Self.isLive(slot) {
+                if slot >> 40 == tag && Self.isLive(slot) {
                     let number = Self.number(in: slot)
-                    if entry(number).key == key { return number }
+                    if holds(key, at: number) { return number }
                 }
                 i = (i + 1) & mask
             }
         }
     }
 
-    private mutating func insert(_ key: Key, number: UInt64) {
-        let s = key.shard
+    /// Whether entry `number` (live) is `key`'s.
+    private func holds(_ key: Key, at number: UInt64) -> Bool {
+        let entry = self.entry(number)
+        guard entry.hash == key.hash else { return false }
+        return withKey(of: entry) { held in ExactUTF8.withBytes(key.id.string) { held.elementsEqual($0) } }
+    }
+
+    private mutating func insert(hash: Int, number: UInt64) {
+        let s = Self.shard(hash)
         if (shards[s].used + 1) * 2 > shards[s].slots.count { rebuild(s, forLive: shards[s].live + 1) }
-        let value = Self.slot(number: number, tag: key.tag)
+        let value = Self.slot(number: number, tag: Self.tag(hash))
         let mask = shards[s].slots.count - 1
-        var i = key.home & mask
+        var i = Self.home(hash) & mask
         let fresh = shards[s].slots.withUnsafeMutableBufferPointer { slots in
             while Self.isLive(slots[i]) { i = (i + 1) & mask }
             defer { slots[i] = value }
@@ -347,11 +396,11 @@ public struct IdempotencyKeys: Sendable {
         shards[s].live += 1
     }
 
-    private mutating func remove(_ key: Key, number: UInt64) {
-        let s = key.shard
-        let value = Self.slot(number: number, tag: key.tag)
+    private mutating func remove(hash: Int, number: UInt64) {
+        let s = Self.shard(hash)
+        let value = Self.slot(number: number, tag: Self.tag(hash))
         let mask = shards[s].slots.count - 1
-        var i = key.home & mask
+        var i = Self.home(hash) & mask
         shards[s].slots.withUnsafeMutableBufferPointer { slots in
             while slots[i] != value {
                 precondition(slots[i] != 0, "an idempotency key's entry is missing from its index")
@@ -368,9 +417,9 @@ public struct IdempotencyKeys: Sendable {
         while capacity < live * 4 { capacity *= 2 }
         var slots = [UInt64](repeating: 0, count: capacity)
         let mask = capacity - 1
+        let tagHoldsHome = UInt64(capacity) <= Self.tagMask + 1
         for slot in shards[s].slots where Self.isLive(slot) {
-            let key = entry(Self.number(in: slot)).key
-            var i = key.home & mask
+            var i = (tagHoldsHome ? Int(slot >> 40) : Self.home(entry(Self.number(in: slot)).hash)) & mask
             while slots[i] != 0 { i = (i + 1) & mask }
             slots[i] = slot
         }

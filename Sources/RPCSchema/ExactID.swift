@@ -102,7 +102,7 @@ public enum ExactUTF8 {
 
     /// Calls `body` with the UTF-8 bytes of `string` (copied only for a string without contiguous storage).
     @inlinable @inline(__always)
-    static func withBytes<R>(_ string: String, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
+    public static func withBytes<R>(_ string: String, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
         if let result = string.utf8.withContiguousStorageIfAvailable(body) { return result }
         return Array(string.utf8).withUnsafeBufferPointer(body)
     }

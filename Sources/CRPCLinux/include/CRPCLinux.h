@@ -25,4 +25,5 @@ static inline int crpc_epoll_wait_ns(int epfd, struct epoll_event *events, int m
 }
 #endif
 #include "CRPCCRC32C.h"
+#include "CRPCPrefetch.h"
 #endif
