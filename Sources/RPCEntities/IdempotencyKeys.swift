@@ -209,17 +209,22 @@ public struct IdempotencyKeys: Sendable {
 
     /// Every remembered success, oldest first (for snapshots; failures are not kept across restarts).
     public func forEachApplied(_ body: (ExactID, Outcome) -> Void) {
-        forEachApplied { key, digest, seq, reply in body(key, Outcome(digest: digest, reply: Array(reply), seq: seq)) }
+        forEachApplied { key, digest, seq, reply in
+            body(ExactID(String(decoding: key, as: UTF8.self)), Outcome(digest: digest, reply: Array(reply), seq: seq))
+        }
     }
 
-    /// Every remembered success, oldest first, with its reply's bytes in place.
+    /// Every remembered success, oldest first, with its key's UTF-8 bytes and its reply's bytes in
+    /// place (a snapshot writes a million of them: no String, no copy).
     public func forEachApplied(
-        _ body: (_ key: ExactID, _ digest: UInt64, _ seq: UInt64, _ reply: UnsafeRawBufferPointer) throws -> Void
+        _ body: (_ key: UnsafeBufferPointer<UInt8>, _ digest: UInt64, _ seq: UInt64, _ reply: UnsafeRawBufferPointer) throws -> Void
     ) rethrows {
         try Self.forEachLive(entries, head: head) { entry in
             guard !entry.failed else { return }
-            let key = withKey(of: entry) { ExactID(String(decoding: $0, as: UTF8.self)) }
-            try withReply(of: entry) { try body(key, entry.digest, entry.seq, UnsafeRawBufferPointer($0)) }
+            try withBytes(of: entry, from: Int(entry.offset), count: Int(entry.keyLength) + Int(entry.replyLength)) { both in
+                let key = UnsafeBufferPointer(rebasing: both[..<Int(entry.keyLength)])
+                try body(key, entry.digest, entry.seq, UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: both[Int(entry.keyLength)...])))
+            }
         }
     }
 

@@ -70,7 +70,9 @@ public enum JournalSnapshot {
         try state.keys.forEachApplied { key, digest, seq, reply in
             let start = out.count
             out.append(contentsOf: keyLinePrefix)
-            JSONWriter.writeString(key.string, into: &out)
+            out.append(UInt8(ascii: "\""))
+            JSONWriter.appendEscaped(key, into: &out)
+            out.append(UInt8(ascii: "\""))
             out.append(contentsOf: digestKey)
             appendHex(digest, into: &out)
             out.append(contentsOf: keySeqKey)
@@ -97,11 +99,15 @@ public enum JournalSnapshot {
     /// Lowercase hex without leading zeros, as `String(value, radix: 16)` writes it.
     static func appendHex(_ value: UInt64, into out: inout [UInt8]) {
         guard value > 0 else { return out.append(UInt8(ascii: "0")) }
-        var shift = (63 - value.leadingZeroBitCount) / 4 * 4
-        while shift >= 0 {
-            let nibble = UInt8((value >> UInt64(shift)) & 0xF)
-            out.append(nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") + nibble - 10)
-            shift -= 4
+        // Built on the stack and appended at once (an append a digit cost ~50 instructions each).
+        var digits: (UInt64, UInt64) = (0, 0)
+        let count = (64 - value.leadingZeroBitCount + 3) / 4
+        withUnsafeMutableBytes(of: &digits) { bytes in
+            for i in 0..<count {
+                let nibble = UInt8((value >> UInt64(4 * (count - 1 - i))) & 0xF)
+                bytes[i] = nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") + nibble - 10
+            }
+            out.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[..<count]))
         }
     }
 

@@ -87,7 +87,7 @@ public enum JSONWriter {
 
     /// Appends the bytes of a string body, escaping what RFC 8259 requires. Runs of bytes that need
     /// no escaping are appended in one go (the whole string when nothing needs escaping).
-    static func appendEscaped(_ buf: UnsafeBufferPointer<UInt8>, into out: inout [UInt8]) {
+    package static func appendEscaped(_ buf: UnsafeBufferPointer<UInt8>, into out: inout [UInt8]) {
         var runStart = 0
         var i = 0
         let n = buf.count

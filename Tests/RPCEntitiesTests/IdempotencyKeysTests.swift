@@ -73,7 +73,7 @@ import RPCSchema
         #expect(keys.lookup(ExactID("k1000"), now: 0) == nil)
         #expect(keys.lookup(ExactID("k8999"), now: 0) == outcome(8999))
         var applied: [ExactID] = []
-        copy.forEachApplied { key, _, _, _ in applied.append(key) }
+        copy.forEachApplied { key, _, _, _ in applied.append(ExactID(String(decoding: key, as: UTF8.self))) }
         #expect(applied == (1000..<6000).map { ExactID("k\($0)") })
     }
 
