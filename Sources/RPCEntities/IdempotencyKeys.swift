@@ -135,9 +135,27 @@ public struct IdempotencyKeys: Sendable {
     private var entries: [[Entry]] = []
     private var head = 0
     private var base: UInt64 = 0
-    /// The replies' bytes; `bytes[0]` is chunk number `bytesBase`.
-    private var bytes: [[UInt8]] = []
+    /// The keys' and replies' bytes; `bytes[0]` is chunk number `bytesBase`, and the last chunk
+    /// is filled up to `bytesUsed`.
+    private var bytes: [ByteChunk] = []
     private var bytesBase: UInt32 = 0
+    private var bytesUsed = 0
+
+    /// Bytes written once, at the end, and never changed. Copies of the table share chunks; a
+    /// table about to write into a last chunk it shares writes into a copy of it instead, so no
+    /// chunk is written while another table can read it.
+    private final class ByteChunk: @unchecked Sendable {
+        // @unchecked: written only by a table that holds the sole reference (see `store`).
+        let base: UnsafeMutableRawPointer
+        let capacity: Int
+
+        init(capacity: Int) {
+            base = .allocate(byteCount: capacity, alignment: 8)
+            self.capacity = capacity
+        }
+
+        deinit { base.deallocate() }
+    }
     public private(set) var count = 0
     /// Retries answered from the table, and keys forgotten by age or count.
     public private(set) var hits = 0
@@ -288,8 +306,10 @@ public struct IdempotencyKeys: Sendable {
     private func withBytes<R>(
         of entry: Entry, from start: Int, count: Int, _ body: (UnsafeBufferPointer<UInt8>) throws -> R
     ) rethrows -> R {
-        try bytes[Int(entry.chunk &- bytesBase)].withUnsafeBufferPointer { chunk in
-            try body(UnsafeBufferPointer(rebasing: chunk[start..<start + count]))
+        let chunk = bytes[Int(entry.chunk &- bytesBase)]
+        precondition(start >= 0 && count >= 0 && start <= chunk.capacity - count, "an idempotency entry points outside its chunk")
+        return try withExtendedLifetime(chunk) {
+            try body(UnsafeBufferPointer(start: (chunk.base + start).assumingMemoryBound(to: UInt8.self), count: count))
         }
     }
 
@@ -297,16 +317,22 @@ public struct IdempotencyKeys: Sendable {
     /// own size when larger than a chunk); returns the chunk's number and where the key starts.
     private mutating func store(_ key: UnsafeRawBufferPointer, _ reply: UnsafeRawBufferPointer) -> (chunk: UInt32, offset: UInt32) {
         let size = key.count + reply.count
-        if bytes.isEmpty || bytes[bytes.count - 1].capacity - bytes[bytes.count - 1].count < size {
-            var chunk: [UInt8] = []
-            chunk.reserveCapacity(max(Self.byteChunkSize, size))
-            bytes.append(chunk)
+        if bytes.isEmpty || bytes[bytes.count - 1].capacity - bytesUsed < size {
+            bytes.append(ByteChunk(capacity: max(Self.byteChunkSize, size)))
+            bytesUsed = 0
+        } else if !isKnownUniquelyReferenced(&bytes[bytes.count - 1]) {
+            // A copy of the table (compaction's) shares this chunk: write into a copy of it.
+            let shared = bytes[bytes.count - 1]
+            let copy = ByteChunk(capacity: shared.capacity)
+            copy.base.copyMemory(from: shared.base, byteCount: bytesUsed)
+            bytes[bytes.count - 1] = copy
         }
-        let last = bytes.count - 1
-        let offset = bytes[last].count
-        bytes[last].append(contentsOf: key)
-        bytes[last].append(contentsOf: reply)
-        return (bytesBase &+ UInt32(truncatingIfNeeded: last), UInt32(offset))
+        let chunk = bytes[bytes.count - 1]
+        let offset = bytesUsed
+        if let source = key.baseAddress { (chunk.base + offset).copyMemory(from: source, byteCount: key.count) }
+        if let source = reply.baseAddress { (chunk.base + offset + key.count).copyMemory(from: source, byteCount: reply.count) }
+        bytesUsed += size
+        return (bytesBase &+ UInt32(truncatingIfNeeded: bytes.count - 1), UInt32(offset))
     }
 
     private mutating func evictOldest() {
@@ -323,6 +349,7 @@ public struct IdempotencyKeys: Sendable {
         if count == 0 {
             bytes.removeAll()
             bytesBase = 0
+            bytesUsed = 0
             return
         }
         // Byte chunks before the oldest live entry's hold only forgotten replies.

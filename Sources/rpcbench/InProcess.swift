@@ -68,7 +68,20 @@ private func measureInProcess(count: Int, keyed: Bool, options: Options) -> (Dou
     print("in-process  \(count) \(options.workload.rawValue) requests\(keyed ? " with keys" : "") in \(String(format: "%.3f", seconds)) s")
     print("per request \(String(format: "%.0f", perRequest)) ns (\(Int(Double(count) / seconds)) requests/s on one core)")
     print("RESULT inprocess=\(count) workload=\(options.workload.rawValue)\(keys) ns_per_request=\(Int(perRequest)) errors=\(errors)")
+    measureSnapshot(of: dispatcher)
     return (perRequest, errors)
+}
+
+/// Encodes the state as compaction does (in memory, no file): what a snapshot of these records
+/// and remembered keys costs the core compaction runs on.
+private func measureSnapshot(of dispatcher: Dispatcher) {
+    let state = dispatcher.withState { $0 }
+    var bytes = 0
+    let start = nowNanoseconds()
+    JournalSnapshot.encodeRecords(state) { bytes += $0.count }
+    let nanoseconds = Double(nowNanoseconds() - start)
+    let lines = JournalSnapshot.recordCount(state) + state.keys.count
+    print("snapshot    \(JournalSnapshot.recordCount(state)) records and \(state.keys.count) keys (\(bytes) bytes) encoded in \(String(format: "%.0f", nanoseconds / 1e6)) ms, \(String(format: "%.0f", nanoseconds / Double(max(lines, 1)))) ns a line")
 }
 
 /// A journal kept in memory: records are encoded and sealed as the daemon's are, then dropped

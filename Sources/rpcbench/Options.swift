@@ -20,6 +20,8 @@ struct Options {
     var inProcess: Int?
     var listAfterInsert: Int?
     var threads = 1
+    /// Times to run the set of loads a ratio compares (`--keys both`, `--fsync a,b`, `--followers`).
+    var rounds = 1
     var compare: [Reference] = []
     /// Follower counts to run the load with (`--followers 0,2`): one spawned leader and that many
     /// `rpcd serve --follow` daemons per run. Nil: no followers, no lag figures.
@@ -38,6 +40,8 @@ struct Options {
           --fsync MODE       passed to a spawned daemon (always | everysec | none); a list such as
                              always,none runs the load once per mode and prints their ratio
           --threads N        load threads (default 1; each runs a poll(2) loop over its connections)
+          --rounds N         run the loads a RATIO compares N times, in alternating order (ABBA…), and
+                             print each round's ratio and their median (default 1)
           --compare LIST     after rpcd, run the same load against each of: redis (a redis-server it
                              spawns: SET key{n} value per request, AOF appendfsync always when rpcd runs
                              create with --fsync always), floor (a line server inside rpcbench: raw epoll,
@@ -98,6 +102,7 @@ struct Options {
                 case let other: throw UsageError("--keys '\(other)' is not no, yes or both")
                 }
             case "--threads": options.threads = try number(Int.self)
+            case "--rounds": options.rounds = min(try number(Int.self), 100)
             case "--idle": options.idle = try number(Int.self)
             case "--recovery": options.recovery = try number(Int.self)
             case "--in-process": options.inProcess = try number(Int.self)

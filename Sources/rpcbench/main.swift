@@ -147,32 +147,59 @@ func run() throws -> Never {
     // `--fsync always,none` runs the load once per policy (a fresh daemon each) and compares them.
     // `--keys both` runs it without and with idempotency keys.
     let policies: [String?] = options.fsync.map { $0.split(separator: ",").map { String($0) } } ?? [nil]
-    var runs: [(label: String, rps: Int)] = []
-    var errors = 0
     // `--followers 0,2` runs it once per follower count.
     let followerCounts: [Int?] = options.followers ?? [nil]
+    var variants: [(policy: String?, keyed: Bool, followers: Int?, label: String)] = []
     for policy in policies {
         for keyed in options.keyed {
             for followers in followerCounts {
-                if !runs.isEmpty { print("") }
-                let (rps, failed) = try runLoad(fsync: policy, keyed: keyed, followers: followers)
                 var label: [String] = []
                 if policies.count > 1 { label.append(policy ?? "?") }
                 if options.keyed.count > 1 { label.append(keyed ? "keyed" : "unkeyed") }
                 if followerCounts.count > 1 { label.append("followers=\(followers ?? 0)") }
-                runs.append((label.isEmpty ? policy ?? "?" : label.joined(separator: "-"), rps))
-                errors += failed
+                variants.append((policy, keyed, followers, label.isEmpty ? policy ?? "?" : label.joined(separator: "-")))
             }
         }
     }
-    if runs.count > 1, let base = runs.first, base.rps > 0 {
+    // `--rounds N` runs the set N times, every other round in reverse order, so a machine that
+    // drifts (another tenant, a warming cache) weighs on every variant alike.
+    var rps = [[Int]](repeating: [], count: variants.count)
+    var errors = 0
+    var first = true
+    for round in 0..<options.rounds {
+        let order = round % 2 == 0 ? Array(variants.indices) : variants.indices.reversed()
+        for index in order {
+            if !first { print("") }
+            first = false
+            let variant = variants[index]
+            let (rate, failed) = try runLoad(fsync: variant.policy, keyed: variant.keyed, followers: variant.followers)
+            rps[index].append(rate)
+            errors += failed
+        }
+    }
+    if variants.count > 1 {
         print("")
-        for run in runs.dropFirst() {
-            let ratio = Double(run.rps) / Double(base.rps)
-            print("RATIO \(run.label)/\(base.label) = \(String(format: "%.2f", ratio)) (\(run.rps) / \(base.rps) requests/s)")
+        let base = variants[0].label
+        for index in variants.indices.dropFirst() {
+            let label = variants[index].label
+            let ratios = zip(rps[index], rps[0]).map { $1 > 0 ? Double($0) / Double($1) : 0 }
+            if options.rounds == 1 {
+                print("RATIO \(label)/\(base) = \(String(format: "%.2f", ratios[0])) (\(rps[index][0]) / \(rps[0][0]) requests/s)")
+            } else {
+                let each = ratios.map { String(format: "%.2f", $0) }.joined(separator: " ")
+                print("RATIO \(label)/\(base) = \(String(format: "%.2f", median(ratios))) (median of \(options.rounds) rounds: \(each); requests/s \(Int(median(rps[index].map(Double.init)))) / \(Int(median(rps[0].map(Double.init)))))")
+            }
         }
     }
     exit(errors == 0 ? 0 : 1)
+}
+
+/// The middle value (the mean of the middle two for an even count).
+func median(_ values: [Double]) -> Double {
+    let sorted = values.sorted()
+    guard !sorted.isEmpty else { return 0 }
+    let middle = sorted.count / 2
+    return sorted.count % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
 }
 
 do {

@@ -75,6 +75,13 @@ import RPCSchema
         var applied: [ExactID] = []
         copy.forEachApplied { key, _, _, _ in applied.append(ExactID(String(decoding: key, as: UTF8.self))) }
         #expect(applied == (1000..<6000).map { ExactID("k\($0)") })
+        // Both go on from the chunk they share: neither overwrites the other's bytes.
+        for n in 20000..<20100 { copied.remember(ExactID("c\(n)"), outcome(n), now: 0) }
+        for n in 9000..<9100 { keys.remember(ExactID("k\(n)"), outcome(n), now: 0) }
+        #expect((6000..<9100).allSatisfy { keys.lookup(ExactID("k\($0)"), now: 0) == outcome($0) })
+        #expect((20000..<20100).allSatisfy { copied.lookup(ExactID("c\($0)"), now: 0) == outcome($0) })
+        #expect((1100..<6000).allSatisfy { copied.lookup(ExactID("k\($0)"), now: 0) == outcome($0) })
+        #expect(keys.lookup(ExactID("c20000"), now: 0) == nil && copied.lookup(ExactID("k9000"), now: 0) == nil)
     }
 
     /// Replies larger than a byte chunk, and empty ones, come back whole; snapshots list successes
