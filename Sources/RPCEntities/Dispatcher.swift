@@ -13,8 +13,9 @@ public protocol MutationLog: AnyObject, Sendable {
     /// Records a leader's mutation under the leader's sequence number `seq` (on a follower, whose
     /// journal stays byte-compatible with its leader's); returns the ticket, as `record` does.
     func record(_ body: JournalRecord.Body, at seq: UInt64) -> UInt64?
-    /// Called once the state lock is released by a caller that recorded: starts what `record`
-    /// left for later (the journal's writer), so the lock is never held across a thread wake-up.
+    /// Called once the state lock is released by a caller whose `record` returned a ticket: starts
+    /// what `record` left for later (the journal's writer), so the lock is never held across a
+    /// thread wake-up.
     func recorded()
     /// Calls `done` once `ticket` is durable (`nil`) or can never be (the reason). Any thread.
     func whenDurable(_ ticket: UInt64, _ done: @escaping @Sendable (_ failure: String?) -> Void)
@@ -177,10 +178,11 @@ public final class Dispatcher: @unchecked Sendable {
         _ calls: ArraySlice<Call>, into out: inout [UInt8], outcomes: inout [(served: Served, end: Int)], maxBytes: Int = .max
     ) {
         let start = out.count
+        var logged = false
         lock.lock()
         defer {
             lock.unlock()
-            log?.recorded()
+            if logged { log?.recorded() }
         }
         for call in calls {
             if let keyed = call.keyed { state.keys.prefetch(keyed.key) }
@@ -192,6 +194,7 @@ public final class Dispatcher: @unchecked Sendable {
                 ticket = applied
                 return error
             }
+            if ticket != nil { logged = true }
             let disposition: Disposition = ticket.map { .replyAfter(ticket: $0, id: call.id) } ?? .reply
             outcomes.append((Served(disposition: disposition, failed: error != nil, known: true), out.count))
         }
