@@ -85,19 +85,17 @@ final class Journal: MutationLog, @unchecked Sendable {
     func refusal() -> String? { lock.withLock { commit.refusal() } }
 
     func record(_ body: JournalRecord.Body) -> UInt64? {
-        lock.withLock {
-            let (seq, start) = commit.append(body)
-            if start { writerStartPending = true }
-            return seq
-        }
+        lock.withLock { pendingWriterStart(commit.append(body)) }
     }
 
     func record(_ body: JournalRecord.Body, at seq: UInt64) -> UInt64? {
-        lock.withLock {
-            let (seq, start) = commit.append(body, at: seq)
-            if start { writerStartPending = true }
-            return seq
-        }
+        lock.withLock { pendingWriterStart(commit.append(body, at: seq)) }
+    }
+
+    /// Under `lock`: notes that `recorded()` must start the writer, if the append asked for it.
+    private func pendingWriterStart(_ appended: (seq: UInt64, startWriter: Bool)) -> UInt64 {
+        if appended.startWriter { writerStartPending = true }
+        return appended.seq
     }
 
     /// Starts the writer if a record asked for it (after the dispatcher's lock is released: a

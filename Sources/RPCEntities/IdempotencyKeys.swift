@@ -81,7 +81,6 @@ public struct IdempotencyKeys: Sendable {
 
         public static func == (a: Key, b: Key) -> Bool { a.hash == b.hash && a.id == b.id }
         public func hash(into hasher: inout Hasher) { hasher.combine(hash) }
-
     }
 
     /// Where a key's hash puts it: its shard, its home slot (masked by the shard's size), and the
@@ -110,12 +109,13 @@ public struct IdempotencyKeys: Sendable {
     static var shardCount: Int { 64 }
     private static var entryChunkSize: Int { 4096 }
     private static var byteChunkSize: Int { 256 * 1024 }
-    /// Slots hold `number | tag << 40`, where `number` is the entry's number plus one (0: empty).
-    private static var numberMask: UInt64 { (1 << 40) - 1 }
-    private static var tagMask: UInt64 { (1 << 24) - 1 }
+    /// Slots hold `number | tag << tagShift`, where `number` is the entry's number plus one (0: empty).
+    private static var tagShift: UInt64 { 40 }
+    private static var numberMask: UInt64 { (1 << tagShift) - 1 }
+    private static var tagMask: UInt64 { (1 << (64 - tagShift)) - 1 }
     private static var tombstone: UInt64 { numberMask }
 
-    @inline(__always) private static func slot(number: UInt64, tag: UInt64) -> UInt64 { (number &+ 1) | tag << 40 }
+    @inline(__always) private static func slot(number: UInt64, tag: UInt64) -> UInt64 { (number &+ 1) | tag << tagShift }
     /// The entry number in a live slot.
     @inline(__always) private static func number(in slot: UInt64) -> UInt64 { (slot & numberMask) &- 1 }
     /// Neither empty nor a tombstone.
@@ -397,7 +397,7 @@ public struct IdempotencyKeys: Sendable {
             while true {
                 let slot = slots[i]
                 if slot == 0 { return nil }
-                if slot >> 40 == tag && Self.isLive(slot) {
+                if slot >> Self.tagShift == tag && Self.isLive(slot) {
                     let number = Self.number(in: slot)
                     if holds(key, at: number) { return number }
                 }
@@ -451,7 +451,7 @@ public struct IdempotencyKeys: Sendable {
         let mask = capacity - 1
         let tagHoldsHome = UInt64(capacity) <= Self.tagMask + 1
         for slot in shards[s].slots where Self.isLive(slot) {
-            var i = (tagHoldsHome ? Int(slot >> 40) : Self.home(entry(Self.number(in: slot)).hash)) & mask
+            var i = (tagHoldsHome ? Int(slot >> Self.tagShift) : Self.home(entry(Self.number(in: slot)).hash)) & mask
             while slots[i] != 0 { i = (i + 1) & mask }
             slots[i] = slot
         }

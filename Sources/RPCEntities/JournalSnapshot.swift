@@ -70,9 +70,7 @@ public enum JournalSnapshot {
         try state.keys.forEachApplied { key, digest, seq, reply in
             let start = out.count
             out.append(contentsOf: keyLinePrefix)
-            out.append(UInt8(ascii: "\""))
-            JSONWriter.appendEscaped(key, into: &out)
-            out.append(UInt8(ascii: "\""))
+            JSONWriter.writeString(key, into: &out)
             out.append(contentsOf: digestKey)
             appendHex(digest, into: &out)
             out.append(contentsOf: keySeqKey)

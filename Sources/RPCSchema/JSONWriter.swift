@@ -44,6 +44,13 @@ public enum JSONWriter {
         out.append(0x22)
     }
 
+    /// Appends the UTF-8 bytes `buf` as a JSON string, quoted and escaped.
+    package static func writeString(_ buf: UnsafeBufferPointer<UInt8>, into out: inout [UInt8]) {
+        out.append(0x22)
+        appendEscaped(buf, into: &out)
+        out.append(0x22)
+    }
+
     /// Appends the escaped contents of `s`, without quotes.
     public static func appendEscaped(_ s: String, into out: inout [UInt8]) {
         let done: Void? = s.utf8.withContiguousStorageIfAvailable { buf in
@@ -87,7 +94,7 @@ public enum JSONWriter {
 
     /// Appends the bytes of a string body, escaping what RFC 8259 requires. Runs of bytes that need
     /// no escaping are appended in one go (the whole string when nothing needs escaping).
-    package static func appendEscaped(_ buf: UnsafeBufferPointer<UInt8>, into out: inout [UInt8]) {
+    static func appendEscaped(_ buf: UnsafeBufferPointer<UInt8>, into out: inout [UInt8]) {
         var runStart = 0
         var i = 0
         let n = buf.count

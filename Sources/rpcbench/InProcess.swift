@@ -80,8 +80,9 @@ private func measureSnapshot(of dispatcher: Dispatcher) {
     let start = nowNanoseconds()
     JournalSnapshot.encodeRecords(state) { bytes += $0.count }
     let nanoseconds = Double(nowNanoseconds() - start)
-    let lines = JournalSnapshot.recordCount(state) + state.keys.count
-    print("snapshot    \(JournalSnapshot.recordCount(state)) records and \(state.keys.count) keys (\(bytes) bytes) encoded in \(String(format: "%.0f", nanoseconds / 1e6)) ms, \(String(format: "%.0f", nanoseconds / Double(max(lines, 1)))) ns a line")
+    let records = JournalSnapshot.recordCount(state)
+    let lines = records + state.keys.count
+    print("snapshot    \(records) records and \(state.keys.count) keys (\(bytes) bytes) encoded in \(String(format: "%.0f", nanoseconds / 1e6)) ms, \(String(format: "%.0f", nanoseconds / Double(max(lines, 1)))) ns a line")
 }
 
 /// A journal kept in memory: records are encoded and sealed as the daemon's are, then dropped
