@@ -54,7 +54,9 @@ public struct Records<Record: Sendable>: Sendable {
     public var count: Int { order.count + unordered.count }
 
     @inline(__always)
-    private static func shard(_ id: ExactID) -> Int { id.hashValue & (shardCount - 1) }
+    /// From the id's own seeded hash. Each shard's dictionary hashes with a seed of its own
+    /// storage's, so ids that share these bits still spread over its buckets.
+    private static func shard(_ id: ExactID) -> Int { id.fingerprint & (shardCount - 1) }
 
     public subscript(id: String) -> Record? {
         let key = ExactID(id)

@@ -68,7 +68,7 @@ public struct IdempotencyKeys: Sendable {
 
         public init(_ id: ExactID) {
             self.id = id
-            hash = id.hashValue
+            hash = id.fingerprint  // already a seeded hash of the bytes
         }
 
         public init(_ string: String) { self.init(ExactID(string)) }

@@ -8,11 +8,19 @@
 public struct ExactID: Hashable, Comparable, Sendable, CustomStringConvertible, ExpressibleByStringLiteral {
     /// The id as received (native UTF-8 storage, so the byte views below need no copy).
     public let string: String
+    /// The seeded hash of the bytes (`Hasher`, random per process, so a peer cannot choose ids
+    /// that collide), computed once: hashing feeds only this, and `==` compares it before any byte.
+    /// A dictionary probe that meets another id then reads no string storage: no retain, no
+    /// cache miss on a record's id, for every id in the probe sequence.
+    public let fingerprint: Int
 
     public init(_ string: String) {
         var string = string
         string.makeContiguousUTF8()
         self.string = string
+        var hasher = Hasher()
+        ExactUTF8.withBytes(string) { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+        fingerprint = hasher.finalize()
     }
 
     public init(stringLiteral value: String) { self.init(value) }
@@ -21,16 +29,15 @@ public struct ExactID: Hashable, Comparable, Sendable, CustomStringConvertible, 
 
     @inlinable
     public static func == (a: ExactID, b: ExactID) -> Bool {
-        a.string.utf8.count == b.string.utf8.count && ExactUTF8.compare(a.string, b.string) == 0
+        a.fingerprint == b.fingerprint && a.string.utf8.count == b.string.utf8.count
+            && ExactUTF8.compare(a.string, b.string) == 0
     }
 
     @inlinable
     public static func < (a: ExactID, b: ExactID) -> Bool { ExactUTF8.compare(a.string, b.string) < 0 }
 
     @inlinable
-    public func hash(into hasher: inout Hasher) {
-        ExactUTF8.withBytes(string) { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
-    }
+    public func hash(into hasher: inout Hasher) { hasher.combine(fingerprint) }
 
     /// Calls `body` with a comparator against this id's bytes, fetched once: <0, 0 or >0 as the
     /// id passed to it sorts before, equal to or after this one (a binary search compares one id
