@@ -284,17 +284,17 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         }
     }
 
-    private static let ackPrefix = Array(#"{"id":"r"#.utf8)
-    private static let ackMethod = Array(#"","method":""#.utf8)
-    private static let resultSuffix = Array("Result".utf8)
-    private static let errorMethod = Array("error.error".utf8)
+    private static let ackPrefix: StaticString = #"{"id":"r"#
+    private static let ackMethod: StaticString = #"","method":""#
+    private static let resultSuffix: StaticString = "Result"
+    private static let errorMethod: StaticString = "error.error"
 
     /// The sequence number a line acknowledges, when it starts like the counter-request a
     /// subscriber sends for record "r<seq>": `{"id":"r42","method":"user.createUserResult",…` or
     /// `…"method":"error.error",…`. Anything else (nil) is decoded as usual.
     static func acknowledgement(_ line: UnsafeRawBufferPointer) -> UInt64? {
-        guard line.count > ackPrefix.count, line.starts(with: ackPrefix) else { return nil }
-        var index = ackPrefix.count
+        guard line.count > ackPrefix.bytes.count, line.starts(with: ackPrefix.bytes) else { return nil }
+        var index = ackPrefix.bytes.count
         var seq: UInt64 = 0
         var digits = 0
         while index < line.count, line[index] >= 48, line[index] <= 57, digits < 20 {
@@ -305,14 +305,14 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             digits += 1
             index += 1
         }
-        guard digits > 0, line.count - index > ackMethod.count,
-            UnsafeRawBufferPointer(rebasing: line[index..<(index + ackMethod.count)]).elementsEqual(ackMethod)
+        guard digits > 0, line.count - index > ackMethod.bytes.count,
+            UnsafeRawBufferPointer(rebasing: line[index..<(index + ackMethod.bytes.count)]).elementsEqual(ackMethod.bytes)
         else { return nil }
-        let start = index + ackMethod.count
+        let start = index + ackMethod.bytes.count
         guard let end = line[start...].firstIndex(of: UInt8(ascii: "\"")) else { return nil }
         let method = UnsafeRawBufferPointer(rebasing: line[start..<end])
-        guard method.count > resultSuffix.count && method.suffix(resultSuffix.count).elementsEqual(resultSuffix)
-            || method.elementsEqual(errorMethod)
+        guard method.count > resultSuffix.bytes.count && method.suffix(resultSuffix.bytes.count).elementsEqual(resultSuffix.bytes)
+            || method.elementsEqual(errorMethod.bytes)
         else { return nil }
         return seq
     }

@@ -16,8 +16,8 @@ extension JournalRecord {
 
     /// `,"crc":"` + 8 hex digits + `"}`.
     static let sealLength = 18
-    private static let sealPrefix = Array(#","crc":""#.utf8)
-    private static let hexDigits = Array("0123456789abcdef".utf8)
+    private static let sealPrefix: StaticString = #","crc":""#
+    private static let hexDigits: StaticString = "0123456789abcdef"
 
     /// Appends `,"crc":"…"}\n` to the unfinished line that starts at `lineStart` (everything from
     /// there to the end of `out` is covered).
@@ -26,10 +26,10 @@ extension JournalRecord {
         // Built on the stack and appended at once (a byte at a time cost ~50 instructions each).
         var seal: (UInt64, UInt64, UInt64) = (0, 0, 0)
         withUnsafeMutableBytes(of: &seal) { bytes in
-            for (i, byte) in sealPrefix.enumerated() { bytes[i] = byte }
+            for (i, byte) in sealPrefix.bytes.enumerated() { bytes[i] = byte }
             for digit in 0..<8 {
                 let nibble = (crc >> UInt32(28 - 4 * digit)) & 0xF
-                bytes[sealPrefix.count + digit] = nibble < 10 ? UInt8(ascii: "0") + UInt8(nibble) : UInt8(ascii: "a") + UInt8(nibble - 10)
+                bytes[sealPrefix.bytes.count + digit] = nibble < 10 ? UInt8(ascii: "0") + UInt8(nibble) : UInt8(ascii: "a") + UInt8(nibble - 10)
             }
             bytes[sealLength - 2] = UInt8(ascii: "\"")
             bytes[sealLength - 1] = UInt8(ascii: "}")
@@ -51,9 +51,9 @@ extension JournalRecord {
             return .absent
         }
         let start = count - sealLength
-        for i in 0..<sealPrefix.count where line[start + i] != sealPrefix[i] { return .absent }
+        for i in 0..<sealPrefix.bytes.count where line[start + i] != sealPrefix.bytes[i] { return .absent }
         var stored: UInt32 = 0
-        for i in (start + sealPrefix.count)..<(count - 2) {
+        for i in (start + sealPrefix.bytes.count)..<(count - 2) {
             guard let digit = hexValue(line[i]) else { return .absent }
             stored = stored << 4 | digit
         }
@@ -71,7 +71,7 @@ extension JournalRecord {
 
     /// 8 lowercase hex digits, as in a seal.
     public static func hex(_ crc: UInt32) -> String {
-        String(decoding: (0..<8).map { hexDigits[Int((crc >> UInt32(28 - 4 * $0)) & 0xF)] }, as: UTF8.self)
+        String(decoding: (0..<8).map { hexDigits.bytes[Int((crc >> UInt32(28 - 4 * $0)) & 0xF)] }, as: UTF8.self)
     }
 
     /// No record line is longer: a request line is at most `max_frame_bytes` (1 MiB by default) and
@@ -122,8 +122,8 @@ extension JournalRecord {
             guard let comma = bytes[i...].firstIndex(of: UInt8(ascii: ",")) else { return nil }
             let end = comma + sealLength
             if end <= bytes.count, bytes[end - 2] == UInt8(ascii: "\""), bytes[end - 1] == UInt8(ascii: "}"),
-                bytes[comma..<(comma + sealPrefix.count)].elementsEqual(sealPrefix),
-                bytes[(comma + sealPrefix.count)..<(end - 2)].allSatisfy({ hexValue($0) != nil })
+                bytes[comma..<(comma + sealPrefix.bytes.count)].elementsEqual(sealPrefix.bytes),
+                bytes[(comma + sealPrefix.bytes.count)..<(end - 2)].allSatisfy({ hexValue($0) != nil })
             {
                 return end
             }

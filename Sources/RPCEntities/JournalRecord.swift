@@ -19,7 +19,7 @@ public enum JournalRecord {
     /// keeping the request's own id (tools and tests; the daemon's journal writes `Body`s).
     public static func encode(_ request: Request, seq: UInt64, into out: inout [UInt8]) {
         let start = out.count
-        out.append(contentsOf: idPrefix)
+        out.append(contentsOf: idPrefix.bytes)
         JSONWriter.writeString(request.id, into: &out)
         finish(Body(request), seq: seq, lineStart: start, into: &out)
     }
@@ -35,12 +35,12 @@ public enum JournalRecord {
             out.reserveCapacity(160)
             RequestCodec.encode(id: "", method: request.method, param: request.param, form: .canonical, into: &out)
             out.removeLast(2)  // "}\n"
-            out.removeFirst(emptyIDPrefix.count)
+            out.removeFirst(emptyIDPrefix.bytes.count)
             if let key = request.key {
-                out.append(contentsOf: keyPrefix)
+                out.append(contentsOf: keyPrefix.bytes)
                 JSONWriter.writeString(key, into: &out)
             }
-            out.append(contentsOf: seqPrefix)
+            out.append(contentsOf: seqPrefix.bytes)
             bytes = out
         }
 
@@ -52,14 +52,14 @@ public enum JournalRecord {
             guard JournalRecord.checksum(of: line) == .valid else { return nil }
             var digits: [UInt8] = []
             appendDecimal(seq, into: &digits)
-            let head = feedIDPrefix.count + digits.count + 1
+            let head = feedIDPrefix.bytes.count + digits.count + 1
             let tail = digits.count + sealLength
-            guard line.count > head + tail + seqPrefix.count,
-                line.starts(with: feedIDPrefix),
-                line[feedIDPrefix.count..<(head - 1)].elementsEqual(digits),
+            guard line.count > head + tail + seqPrefix.bytes.count,
+                line.starts(with: feedIDPrefix.bytes),
+                line[feedIDPrefix.bytes.count..<(head - 1)].elementsEqual(digits),
                 line[head - 1] == UInt8(ascii: "\""),
                 line[(line.count - tail)..<(line.count - sealLength)].elementsEqual(digits),
-                line[(line.count - tail - seqPrefix.count)..<(line.count - tail)].elementsEqual(seqPrefix)
+                line[(line.count - tail - seqPrefix.bytes.count)..<(line.count - tail)].elementsEqual(seqPrefix.bytes)
             else { return nil }
             bytes = Array(line[head..<(line.count - tail)])
         }
@@ -70,7 +70,7 @@ public enum JournalRecord {
     /// over the bytes just written.
     public static func encode(_ body: Body, seq: UInt64, into out: inout [UInt8]) {
         let start = out.count
-        out.append(contentsOf: feedIDPrefix)
+        out.append(contentsOf: feedIDPrefix.bytes)
         appendDecimal(seq, into: &out)
         out.append(UInt8(ascii: "\""))
         finish(body, seq: seq, lineStart: start, into: &out)
@@ -83,12 +83,12 @@ public enum JournalRecord {
         appendSeal(lineStart: lineStart, into: &out)
     }
 
-    private static let idPrefix = Array(#"{"id":"#.utf8)
-    private static let emptyIDPrefix = Array(#"{"id":"""#.utf8)
-    private static let feedIDPrefix = Array(#"{"id":"r"#.utf8)
+    private static let idPrefix: StaticString = #"{"id":"#
+    private static let emptyIDPrefix: StaticString = #"{"id":"""#
+    private static let feedIDPrefix: StaticString = #"{"id":"r"#
     // Arrays, not `"…".utf8`: appending a string's UTF-8 view cost ~170 instructions (under the state lock).
-    private static let keyPrefix = Array(#","key":"#.utf8)
-    private static let seqPrefix = Array(#","seq":"#.utf8)
+    private static let keyPrefix: StaticString = #","key":"#
+    private static let seqPrefix: StaticString = #","seq":"#
 
     /// Decodes one line (without its `\n`): the request, and its `seq` when present. A line whose
     /// checksum does not match fails.
@@ -192,7 +192,7 @@ public enum JournalRecord {
         var scan = EnvelopeScanner(line, end: line.count - sealLength)
         guard let (id, method, param, key) = scan.requestHead() else { return nil }
         var seq: UInt64?
-        if scan.expect(seqPrefix) {
+        if scan.expect(seqPrefix.bytes) {
             guard let number = scan.wholeNumber() else { return nil }
             seq = number
         }

@@ -37,62 +37,62 @@ public enum JournalSnapshot {
             }
         }
         /// `{"id":"s","method":M,"param":{"id":ID,"name":NAME`: how both kinds of record line begin.
-        func begin(_ linePrefix: [UInt8], id: String, name: String) {
+        func begin(_ linePrefix: UnsafeBufferPointer<UInt8>, id: String, name: String) {
             out.append(contentsOf: linePrefix)
-            out.append(contentsOf: paramID)
+            out.append(contentsOf: paramID.bytes)
             JSONWriter.writeString(id, into: &out)
-            out.append(contentsOf: nameKey)
+            out.append(contentsOf: nameKey.bytes)
             JSONWriter.writeString(name, into: &out)
         }
         for user in state.users.values {
             let start = out.count
-            begin(userLinePrefix, id: user.id, name: user.name)
-            out.append(contentsOf: emailKey)
+            begin(userLinePrefix.bytes, id: user.id, name: user.name)
+            out.append(contentsOf: emailKey.bytes)
             JSONWriter.writeString(user.email, into: &out)
             out.append(UInt8(ascii: "}"))
             try seal(lineStart: start)
         }
         for building in state.buildings.values {
             let start = out.count
-            begin(buildingLinePrefix, id: building.id, name: building.name)
-            out.append(contentsOf: addressKey)
+            begin(buildingLinePrefix.bytes, id: building.id, name: building.name)
+            out.append(contentsOf: addressKey.bytes)
             JSONWriter.writeString(building.address, into: &out)
-            out.append(contentsOf: residentsKey)
+            out.append(contentsOf: residentsKey.bytes)
             for (index, resident) in building.residents.enumerated() {
                 if index > 0 { out.append(UInt8(ascii: ",")) }
                 JSONWriter.writeString(resident, into: &out)
             }
-            out.append(contentsOf: closeResidents)
+            out.append(contentsOf: closeResidents.bytes)
             try seal(lineStart: start)
         }
         // The outcomes of keyed mutations, oldest first, so retries after a compaction still find them.
         // In chunks too: a million remembered replies are hundreds of megabytes.
         try state.keys.forEachApplied { key, digest, seq, reply in
             let start = out.count
-            out.append(contentsOf: keyLinePrefix)
+            out.append(contentsOf: keyLinePrefix.bytes)
             JSONWriter.writeString(key, into: &out)
-            out.append(contentsOf: digestKey)
+            out.append(contentsOf: digestKey.bytes)
             appendHex(digest, into: &out)
-            out.append(contentsOf: keySeqKey)
+            out.append(contentsOf: keySeqKey.bytes)
             JournalRecord.appendDecimal(seq, into: &out)
-            out.append(contentsOf: replyKey)
+            out.append(contentsOf: replyKey.bytes)
             out.append(contentsOf: reply)
             try seal(lineStart: start)
         }
         if !out.isEmpty { try body(out) }
     }
 
-    private static let userLinePrefix = Array(#"{"id":"s","method":"user.createUser","#.utf8)
-    private static let buildingLinePrefix = Array(#"{"id":"s","method":"building.addBuilding","#.utf8)
-    private static let paramID = Array(#""param":{"id":"#.utf8)
-    private static let nameKey = Array(#","name":"#.utf8)
-    private static let emailKey = Array(#","email":"#.utf8)
-    private static let addressKey = Array(#","address":"#.utf8)
-    private static let residentsKey = Array(#","residents":["#.utf8)
-    private static let closeResidents = Array("]}".utf8)
-    private static let digestKey = Array(#","digest":""#.utf8)
-    private static let keySeqKey = Array(#"","seq":"#.utf8)
-    private static let replyKey = Array(#","reply":"#.utf8)
+    private static let userLinePrefix: StaticString = #"{"id":"s","method":"user.createUser","#
+    private static let buildingLinePrefix: StaticString = #"{"id":"s","method":"building.addBuilding","#
+    private static let paramID: StaticString = #""param":{"id":"#
+    private static let nameKey: StaticString = #","name":"#
+    private static let emailKey: StaticString = #","email":"#
+    private static let addressKey: StaticString = #","address":"#
+    private static let residentsKey: StaticString = #","residents":["#
+    private static let closeResidents: StaticString = "]}"
+    private static let digestKey: StaticString = #","digest":""#
+    private static let keySeqKey: StaticString = #"","seq":"#
+    private static let replyKey: StaticString = #","reply":"#
 
     /// Lowercase hex without leading zeros, as `String(value, radix: 16)` writes it.
     static func appendHex(_ value: UInt64, into out: inout [UInt8]) {
@@ -114,9 +114,9 @@ public enum JournalSnapshot {
     static func recordCounts(_ bytes: UnsafeRawBufferPointer) -> (users: Int, buildings: Int) {
         var counts = (users: 0, buildings: 0)
         _ = JournalReplay.forEachLine(bytes) { line, _, _ in
-            if line.starts(with: userLinePrefix) {
+            if line.starts(with: userLinePrefix.bytes) {
                 counts.users += 1
-            } else if line.starts(with: buildingLinePrefix) {
+            } else if line.starts(with: buildingLinePrefix.bytes) {
                 counts.buildings += 1
             }
             return nil
@@ -124,11 +124,11 @@ public enum JournalSnapshot {
         return counts
     }
 
-    private static let keyLinePrefix = Array(#"{"rpcdKey":"#.utf8)
+    private static let keyLinePrefix: StaticString = #"{"rpcdKey":"#
 
     /// A snapshot line remembering an idempotency key (not a record: nc replay does not need it).
     public static func isKeyLine(_ line: UnsafeRawBufferPointer) -> Bool {
-        line.count > keyLinePrefix.count && line.prefix(keyLinePrefix.count).elementsEqual(keyLinePrefix)
+        line.count > keyLinePrefix.bytes.count && line.prefix(keyLinePrefix.bytes.count).elementsEqual(keyLinePrefix.bytes)
     }
 
     /// `{"rpcdKey":K,"digest":"hex","seq":N,"reply":{…},"crc":…}` -> the key and its outcome.

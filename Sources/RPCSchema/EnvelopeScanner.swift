@@ -18,7 +18,7 @@ package struct EnvelopeScanner {
     package var atEnd: Bool { position == end }
 
     /// Consumes `literal` if the bytes at the position are exactly it.
-    package mutating func expect(_ literal: [UInt8]) -> Bool {
+    package mutating func expect(_ literal: UnsafeBufferPointer<UInt8>) -> Bool {
         guard end - position >= literal.count else { return false }
         for k in literal.indices where bytes[position + k] != literal[k] { return false }
         position += literal.count
@@ -82,11 +82,11 @@ package struct EnvelopeScanner {
     /// The start every writer gives a request and a journal record: `{"id":"…","method":"…",
     /// "param":…` and an optional `,"key":"…"`. A `null` param is no param, as in the full decode.
     package mutating func requestHead() -> (id: String, method: String, param: JSONValue?, key: String?)? {
-        guard expect(Self.idPrefix), let id = plainString(), expect(Self.methodPrefix), let method = plainString(),
-            expect(Self.paramPrefix), let value = value(maxDepth: 63)
+        guard expect(Self.idPrefix.bytes), let id = plainString(), expect(Self.methodPrefix.bytes), let method = plainString(),
+            expect(Self.paramPrefix.bytes), let value = value(maxDepth: 63)
         else { return nil }
         var key: String?
-        if expect(Self.keyPrefix) {
+        if expect(Self.keyPrefix.bytes) {
             // As a request and a record accept it: 1 to `Request.maxKeyBytes` bytes.
             guard let text = plainString(), !text.isEmpty, text.utf8.count <= Request.maxKeyBytes else { return nil }
             key = text
@@ -95,9 +95,9 @@ package struct EnvelopeScanner {
         return (id, method, value.isNull ? .none : value, key)
     }
 
-    private static let idPrefix = Array(#"{"id":""#.utf8)
-    private static let methodPrefix = Array(#","method":""#.utf8)
-    private static let paramPrefix = Array(#","param":"#.utf8)
-    private static let keyPrefix = Array(#","key":""#.utf8)
-    package static let closingBrace = [UInt8(ascii: "}")]
+    private static let idPrefix: StaticString = #"{"id":""#
+    private static let methodPrefix: StaticString = #","method":""#
+    private static let paramPrefix: StaticString = #","param":"#
+    private static let keyPrefix: StaticString = #","key":""#
+    package static let closingBrace: StaticString = "}"
 }

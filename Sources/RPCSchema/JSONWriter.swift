@@ -81,7 +81,7 @@ public enum JSONWriter {
 
     @inline(__always)
     static func appendASCII(_ s: StaticString, into out: inout [UInt8]) {
-        out.append(contentsOf: UnsafeBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount))
+        out.append(contentsOf: s.bytes)
     }
 
     @inline(__always)
@@ -159,4 +159,13 @@ public enum JSONWriter {
         }
         return n
     }
+}
+
+extension StaticString {
+    /// The literal's UTF-8 bytes, in place. The byte literals a request's path appends or compares
+    /// are `StaticString`s, not `static let` arrays: an array is one object whose reference count
+    /// every append changes (`append(contentsOf:)` consumes its argument), so the event loops
+    /// passed its cache line back and forth, under the state lock too.
+    @inlinable
+    package var bytes: UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(start: utf8Start, count: utf8CodeUnitCount) }
 }

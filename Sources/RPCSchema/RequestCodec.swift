@@ -73,7 +73,7 @@ public enum RequestCodec {
     static func decodeWritten(_ line: UnsafeRawBufferPointer) -> DecodedLine? {
         var scan = EnvelopeScanner(line)
         guard let (id, text, param, key) = scan.requestHead(), let method = RPCMethod(parsing: text),
-            scan.expect(EnvelopeScanner.closingBrace), scan.atEnd
+            scan.expect(EnvelopeScanner.closingBrace.bytes), scan.atEnd
         else { return nil }
         if method.isCounterRequest { return .counterRequest(Request(id: id, method: method, param: param, form: .canonical)) }
         return .request(Request(id: id, method: method, param: param, form: .canonical, key: key))
