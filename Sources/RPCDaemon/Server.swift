@@ -293,8 +293,9 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     /// subscriber sends for record "r<seq>": `{"id":"r42","method":"user.createUserResult",…` or
     /// `…"method":"error.error",…`. Anything else (nil) is decoded as usual.
     static func acknowledgement(_ line: UnsafeRawBufferPointer) -> UInt64? {
-        guard line.count > ackPrefix.bytes.count, line.starts(with: ackPrefix.bytes) else { return nil }
-        var index = ackPrefix.bytes.count
+        let (ackPrefix, ackMethod, resultSuffix) = (Self.ackPrefix.bytes, Self.ackMethod.bytes, Self.resultSuffix.bytes)
+        guard line.count > ackPrefix.count, line.starts(with: ackPrefix) else { return nil }
+        var index = ackPrefix.count
         var seq: UInt64 = 0
         var digits = 0
         while index < line.count, line[index] >= 48, line[index] <= 57, digits < 20 {
@@ -305,14 +306,14 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             digits += 1
             index += 1
         }
-        guard digits > 0, line.count - index > ackMethod.bytes.count,
-            UnsafeRawBufferPointer(rebasing: line[index..<(index + ackMethod.bytes.count)]).elementsEqual(ackMethod.bytes)
+        guard digits > 0, line.count - index > ackMethod.count,
+            UnsafeRawBufferPointer(rebasing: line[index..<(index + ackMethod.count)]).elementsEqual(ackMethod)
         else { return nil }
-        let start = index + ackMethod.bytes.count
+        let start = index + ackMethod.count
         guard let end = line[start...].firstIndex(of: UInt8(ascii: "\"")) else { return nil }
         let method = UnsafeRawBufferPointer(rebasing: line[start..<end])
-        guard method.count > resultSuffix.bytes.count && method.suffix(resultSuffix.bytes.count).elementsEqual(resultSuffix.bytes)
-            || method.elementsEqual(errorMethod.bytes)
+        guard method.count > resultSuffix.count && method.suffix(resultSuffix.count).elementsEqual(resultSuffix)
+            || method.elementsEqual(Self.errorMethod.bytes)
         else { return nil }
         return seq
     }

@@ -51,9 +51,10 @@ extension JournalRecord {
             return .absent
         }
         let start = count - sealLength
-        for i in 0..<sealPrefix.bytes.count where line[start + i] != sealPrefix.bytes[i] { return .absent }
+        let prefix = sealPrefix.bytes
+        for i in 0..<prefix.count where line[start + i] != prefix[i] { return .absent }
         var stored: UInt32 = 0
-        for i in (start + sealPrefix.bytes.count)..<(count - 2) {
+        for i in (start + prefix.count)..<(count - 2) {
             guard let digit = hexValue(line[i]) else { return .absent }
             stored = stored << 4 | digit
         }

@@ -11,8 +11,9 @@ public struct ExactID: Hashable, Comparable, Sendable, CustomStringConvertible, 
     /// The seeded hash of the bytes (`Hasher`, random per process, so a peer cannot choose ids
     /// that collide), computed once: hashing feeds only this, and `==` compares it before any byte.
     /// A dictionary probe that meets another id then reads no string storage: no retain, no
-    /// cache miss on a record's id, for every id in the probe sequence.
-    public let fingerprint: Int
+    /// cache miss on a record's id, for every id in the probe sequence. Package-internal: it
+    /// differs from one process to the next, so it means nothing to a client.
+    @usableFromInline package let fingerprint: Int
 
     public init(_ string: String) {
         var string = string
@@ -109,7 +110,7 @@ public enum ExactUTF8 {
 
     /// Calls `body` with the UTF-8 bytes of `string` (copied only for a string without contiguous storage).
     @inlinable @inline(__always)
-    public static func withBytes<R>(_ string: String, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
+    package static func withBytes<R>(_ string: String, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
         if let result = string.utf8.withContiguousStorageIfAvailable(body) { return result }
         return Array(string.utf8).withUnsafeBufferPointer(body)
     }
