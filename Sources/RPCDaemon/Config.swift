@@ -11,7 +11,7 @@ public enum Config {
 
     /// The keys a file may set, in the order `check-config` prints them.
     public static let keys = [
-        "listen", "data_dir", "fsync", "compact_after_bytes", "max_frame_bytes", "max_output_bytes", "max_input_bytes",
+        "listen", "data_dir", "fsync", "group_commit_delay", "compact_after_bytes", "max_frame_bytes", "max_output_bytes", "max_input_bytes",
         "max_connections", "idle_timeout", "idempotency_keys", "idempotency_window", "log_level",
     ] + AccessSettings.keys
     /// Keys that may appear more than once (each adds a value).
@@ -131,6 +131,11 @@ public enum Config {
             case .success(let n): options.maxConnections = n
             case .failure(let problem): return "max_connections \"\(value)\" \(problem.reason)"
             }
+        case "group_commit_delay":
+            switch ConfigValue.seconds(value, in: SettingRanges.groupCommitDelay, zero: "none") {
+            case .success(let seconds): options.groupCommitDelay = seconds
+            case .failure(let problem): return "group_commit_delay \"\(value)\" \(problem.reason)"
+            }
         case "idle_timeout":
             switch ConfigValue.seconds(value, in: SettingRanges.idleTimeout, zero: "never") {
             case .success(let seconds): options.idleTimeout = seconds
@@ -152,6 +157,7 @@ public enum Config {
             case "listen": options.listen = flags.listen
             case "data_dir": options.dataDir = flags.dataDir
             case "fsync": options.fsync = flags.fsync
+            case "group_commit_delay": options.groupCommitDelay = flags.groupCommitDelay
             case "max_frame_bytes": options.maxFrameBytes = flags.maxFrameBytes
             case "max_output_bytes": options.maxOutputBytes = flags.maxOutputBytes
             case "max_input_bytes": options.maxInputBytes = flags.maxInputBytes
@@ -173,6 +179,7 @@ public enum Config {
         var lines = options.listen.map { "listen = \($0)" }
         lines.append("data_dir = \(options.dataDir)")
         lines.append("fsync = \(options.fsync.rawValue)")
+        lines.append("group_commit_delay = \(ConfigValue.render(seconds: options.groupCommitDelay))")
         lines.append("max_frame_bytes = \(options.maxFrameBytes)")
         lines.append("compact_after_bytes = \(options.compactAfterBytes)")
         lines.append("max_output_bytes = \(options.maxOutputBytes)")

@@ -102,6 +102,9 @@ struct GroupCommit {
         return true
     }
 
+    /// Records are appended and not yet taken by the writer.
+    var hasPending: Bool { !pending.isEmpty }
+
     /// Everything appended so far, for the writer; nil stops the writer (the next append restarts it).
     mutating func takeBatch() -> Batch? {
         guard failure == nil, !pending.isEmpty || rotation != nil else {

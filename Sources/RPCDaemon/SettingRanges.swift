@@ -16,6 +16,9 @@ enum SettingRanges {
     static let maxConnections = 0...1_000_000
     /// Journal size that starts a compaction (small values are for tests that compact often).
     static let compactAfterBytes = (4 << 10)...(1 << 40)
+    /// Seconds the journal writer waits for more mutations before an fsync; 0 (none) is allowed
+    /// besides this range. At most 0.1 s: every durable reply waits this long on top of its fsync.
+    static let groupCommitDelay = 0.0001...0.1
     /// Seconds; 0 (never) is allowed besides this range.
     static let idleTimeout = 0.001...(30 * 86_400.0)
     /// Seconds `rpcd call` waits for the connection and the reply together.

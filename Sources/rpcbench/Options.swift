@@ -26,6 +26,8 @@ struct Options {
     /// Follower counts to run the load with (`--followers 0,2`): one spawned leader and that many
     /// `rpcd serve --follow` daemons per run. Nil: no followers, no lag figures.
     var followers: [Int]?
+    /// Passed to every daemon rpcbench spawns, after its own arguments (`--daemon-arg`).
+    var daemonArguments: [String] = []
 
     static let usage = """
         usage: rpcbench (--connect HOST:PORT | --spawn PATH_TO_RPCD) [options]
@@ -39,6 +41,8 @@ struct Options {
                              load without and with keys and prints RATIO keyed/unkeyed
           --fsync MODE       passed to a spawned daemon (always | everysec | none); a list such as
                              always,none runs the load once per mode and prints their ratio
+          --daemon-arg ARG   one more argument for every daemon it spawns, repeatable
+                             (e.g. --daemon-arg --group-commit-delay --daemon-arg 2ms)
           --threads N        load threads (default 1; each runs a poll(2) loop over its connections)
           --rounds N         run the loads a RATIO compares N times, in alternating order (ABBA…), and
                              print each round's ratio and their median (default 1)
@@ -94,6 +98,7 @@ struct Options {
                 options.workload = workload
             case "--users": options.users = try number(Int.self)
             case "--fsync": options.fsync = try value()
+            case "--daemon-arg": options.daemonArguments.append(try value())
             case "--keys":
                 switch try value() {
                 case "no": options.keyed = [false]

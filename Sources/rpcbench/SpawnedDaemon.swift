@@ -18,7 +18,7 @@ final class SpawnedDaemon: @unchecked Sendable {
     init(binary: String, dataDir: String, extraArguments: [String]) throws {
         self.dataDir = dataDir
         process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = ["serve", "--listen", "127.0.0.1:0", "--data-dir", dataDir, "--log-level", "info"] + extraArguments
+        process.arguments = ["serve", "--listen", "127.0.0.1:0", "--data-dir", dataDir, "--log-level", "info"] + extraArguments + options.daemonArguments
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = FileHandle.nullDevice
         let pipe = Pipe()

@@ -22,6 +22,39 @@ struct JournalRecoveryTests {
         #expect(second.stderrText.contains("loaded 1000 records"), "no load line: \(second.stderrTail())")
     }
 
+    @Test("with --group-commit-delay, creates pipelined on 4 connections at once are all acknowledged, and every acknowledged one survives SIGKILL")
+    func groupCommitDelayKeepsThePromise() throws {
+        let dir = JournalSupport.makeDataDir()
+        defer { JournalSupport.remove(dir) }
+        let first = try DaemonProcess(extraArguments: ["--group-commit-delay", "20ms"], dataDir: dir)
+        // A lone create finds the writer idle: answered (the delay only applies between batches).
+        _ = try JournalSupport.createUsers(port: first.port, prefix: "lone", range: 0..<1)
+        let acked = Locked<[String]>([])
+        let port = first.port
+        let finished = runOnThreads(4) { worker in
+            do {
+                let ids = try JournalSupport.createUsers(port: port, prefix: "w\(worker)-", range: 0..<500)
+                acked.withLock { $0 += ids }
+            } catch {
+                Issue.record("worker \(worker): \(error)")
+            }
+        }
+        #expect(finished)
+        #expect(acked.current.count == 2000)
+        first.stop()  // SIGKILL
+
+        let second = try DaemonProcess(dataDir: dir)
+        defer { second.stop() }
+        #expect(try JournalSupport.userIDs(port: second.port) == Set(acked.current + ["lone0"]), "stderr: \(second.stderrTail())")
+    }
+
+    @Test("--group-commit-delay with --fsync none starts with a warning that it has no effect")
+    func groupCommitDelayWithoutFsyncWarns() throws {
+        try withDaemon(extraArguments: ["--fsync", "none", "--group-commit-delay", "2ms"]) { daemon in
+            #expect(daemon.stderrText.contains("warning group_commit_delay has no effect with fsync none"), "stderr: \(daemon.stderrTail())")
+        }
+    }
+
     @Test("the journal is canonical request lines with id r<seq>, a seq and a trailing crc, replayable as they are")
     func journalFormat() throws {
         let dir = JournalSupport.makeDataDir()

@@ -19,6 +19,9 @@ struct SettingRangeTests {
         ("--idle-timeout", "idle_timeout",
          ["2e10", "1e300", "1e308h", "2592001", "721h", "-1", "-0.5s", "nan", "inf", "-inf", "1e-300", "0.0009", "soon", ""],
          [("0", 0), ("-0", 0), ("0.001", 0.001), ("1ms", 0.001), ("2592000", 2_592_000), ("720h", 2_592_000), ("5m", 300)]),
+        ("--group-commit-delay", "group_commit_delay",
+         ["0.2", "1s", "101ms", "0.00005", "0.09ms", "-1ms", "nan", "inf", "1e300", "soon", ""],
+         [("0", 0), ("0.0001", 0.0001), ("0.1ms", 0.0001), ("2ms", 0.002), ("100ms", 0.1), ("0.1", 0.1)]),
         ("--compact-after-bytes", nil,
          ["0", "4095", "2TiB", "9223372036854775807", "-1"],
          [("4KiB", 4096), ("20000", 20_000), ("1TiB", Double(1 << 40))]),
@@ -49,6 +52,7 @@ struct SettingRangeTests {
                 case "--max-output-bytes": got = Double(options.maxOutputBytes)
                 case "--max-connections": got = Double(options.maxConnections)
                 case "--idle-timeout": got = options.idleTimeout
+                case "--group-commit-delay": got = options.groupCommitDelay
                 default: got = Double(options.compactAfterBytes)
                 }
                 #expect(got == expected, "\(c.flag) \(value)")
@@ -83,6 +87,7 @@ struct SettingRangeTests {
         #expect(SettingRanges.describe(count: SettingRanges.maxConnections, zero: "no limit") == "0 (no limit) to 1000000")
         #expect(CommandLineParser.help.contains(SettingRanges.describe(bytes: SettingRanges.maxOutputBytes)))
         #expect(CommandLineParser.help.contains(SettingRanges.describe(bytes: SettingRanges.compactAfterBytes)))
+        #expect(CommandLineParser.help.contains(SettingRanges.describe(seconds: SettingRanges.groupCommitDelay, zero: "none")))
         #expect(CallCommand.help.contains(SettingRanges.describe(seconds: SettingRanges.callTimeout, zero: nil)))
         for bad in ["1e300", "0", "-1", "nan", "inf", "2592001"] {
             #expect(throws: UsageError.self, "--timeout \(bad)") {
