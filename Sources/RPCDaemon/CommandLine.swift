@@ -24,8 +24,8 @@ public struct ServeOptions: Equatable, Sendable {
     public var idempotencyKeys = 1_000_000
     public var idempotencyWindow: Double = 86_400
     public var fsync: FsyncPolicy = .always
-    /// Seconds the journal writer, still busy with the previous fsync's batch, waits for more
-    /// mutations to share the next fsync (`fsync always` only). 0 = none.
+    /// Seconds the journal writer waits after an fsync, when mutations are already waiting, for
+    /// more to share the next one (`fsync always` only). 0 = none.
     public var groupCommitDelay: Double = 0
     /// Connections served at once; past it a new one gets one `overloaded` error. 0 = no limit.
     public var maxConnections = 10_000

@@ -59,8 +59,11 @@ final class Journal: MutationLog, @unchecked Sendable {
         compactAfterBytes: Int, groupCommitDelay: Double = 0, maxBehindBytes: Int = 64 << 20, log: Logger
     ) throws(Errno) {
         // Range-checked by the settings (at most 0.1 s); clamped again so no value can trap here.
-        groupCommitDelayMicroseconds =
-            policy == .always && groupCommitDelay.isFinite && groupCommitDelay > 0 ? UInt32(min(groupCommitDelay, 1) * 1e6) : 0
+        let delay = groupCommitDelay.isFinite ? min(max(groupCommitDelay, 0), 1) : 0
+        if delay > 0 && policy != .always {
+            log.warning("group_commit_delay has no effect with fsync \(policy.rawValue): only fsync always waits for an fsync before replying")
+        }
+        groupCommitDelayMicroseconds = policy == .always ? UInt32(delay * 1e6) : 0
         self.snapshotSequence = snapshotSeq
         self.directory = directory
         self.policy = policy

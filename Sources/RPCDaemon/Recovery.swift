@@ -184,9 +184,6 @@ extension Daemon {
                 recovery.snapshotBytes = try recovery.finishCompaction(in: directory)
                 recovery.snapshotSeq = recovery.lastSeq
             }
-            if options.groupCommitDelay > 0 && options.fsync != .always {
-                log.warning("group_commit_delay has no effect with fsync \(options.fsync.rawValue): only fsync always waits for an fsync before replying")
-            }
             let journal = try Journal(
                 directory: directory, policy: options.fsync, lastSeq: recovery.lastSeq,
                 snapshotBytes: recovery.snapshotBytes, snapshotSeq: recovery.snapshotSeq ?? 0, compactAfterBytes: options.compactAfterBytes,

@@ -15,6 +15,7 @@ final class SpawnedDaemon: @unchecked Sendable {
     private var stderrText = ""
     private var stderrClosed = false
 
+    /// Runs `binary serve` with `extraArguments`, then every `--daemon-arg` of the command line.
     init(binary: String, dataDir: String, extraArguments: [String]) throws {
         self.dataDir = dataDir
         process.executableURL = URL(fileURLWithPath: binary)
