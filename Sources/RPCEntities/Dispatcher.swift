@@ -124,7 +124,22 @@ public final class Dispatcher: @unchecked Sendable {
         /// The journal record of a mutation (nil: no journal).
         let body: JournalRecord.Body?
         /// The idempotency key, the request's digest and the time, for a keyed mutation.
-        let keyed: (key: IdempotencyKeys.Key, digest: UInt64, now: UInt64)?
+        let keyed: Keyed?
+    }
+
+    /// What a keyed mutation brings to the key table.
+    struct Keyed {
+        let key: IdempotencyKeys.Key
+        let digest: UInt64
+        let now: UInt64
+        /// The request's method and param, for an outcome remembered with a `legacyDigest`.
+        let method: RPCMethod
+        let param: JSONValue?
+
+        /// Whether `outcome` was remembered for this same request.
+        func matches(_ outcome: IdempotencyKeys.Outcome) -> Bool {
+            outcome.digest == (outcome.legacyDigest ? IdempotencyKeys.legacyDigest(method: method, param: param) : digest)
+        }
     }
 
     /// What `stage` made of a request.
@@ -157,15 +172,15 @@ public final class Dispatcher: @unchecked Sendable {
             RequestCodec.encodeError(id: request.id, error, form: form, into: &out)
             return .served(Served(disposition: .reply, failed: true, known: true))
         }
-        var keyed: (key: IdempotencyKeys.Key, digest: UInt64, now: UInt64)?
+        let body = entry.isMutation && log != nil ? JournalRecord.Body(request) : nil
+        var keyed: Keyed?
         if entry.isMutation, let key = request.key {
-            keyed = (
-                IdempotencyKeys.Key(key), IdempotencyKeys.digest(method: request.method, param: request.param),
-                DispatchTime.now().uptimeNanoseconds)
+            keyed = Keyed(
+                key: IdempotencyKeys.Key(key), digest: body?.digest ?? IdempotencyKeys.digest(method: request.method, param: request.param),
+                now: DispatchTime.now().uptimeNanoseconds, method: request.method, param: request.param)
         }
         return .call(Call(
-            id: request.id, result: entry.result, form: form, prepared: prepared,
-            isMutation: entry.isMutation, body: entry.isMutation && log != nil ? JournalRecord.Body(request) : nil,
+            id: request.id, result: entry.result, form: form, prepared: prepared, isMutation: entry.isMutation, body: body,
             keyed: keyed))
     }
 
@@ -177,20 +192,31 @@ public final class Dispatcher: @unchecked Sendable {
     public func run(
         _ calls: ArraySlice<Call>, into out: inout [UInt8], outcomes: inout [(served: Served, end: Int)], maxBytes: Int = .max
     ) {
-        let start = out.count
         var logged = false
         lock.lock()
         defer {
             lock.unlock()
             if logged { log?.recorded() }
         }
+        logged = run(calls, state: &state, readOnly: readOnlyMessage, into: &out, outcomes: &outcomes, maxBytes: maxBytes)
+    }
+
+    /// `run` with the lock held: the state is one `inout` access for the whole batch (each access
+    /// to a class's stored property is a dynamic exclusivity check, ~250 instructions, and a keyed
+    /// call made four). Whether a mutation was logged.
+    private func run(
+        _ calls: ArraySlice<Call>, state: inout Entities, readOnly: String?, into out: inout [UInt8],
+        outcomes: inout [(served: Served, end: Int)], maxBytes: Int
+    ) -> Bool {
+        let start = out.count
+        var logged = false
         for call in calls {
             if let keyed = call.keyed { state.keys.prefetch(keyed.key) }
         }
         for call in calls where out.count - start < maxBytes {
             var ticket: UInt64?
             let error = RequestCodec.encode(id: call.id, method: call.result, form: call.form, into: &out) { out in
-                let (error, applied) = apply(call, into: &out)
+                let (error, applied) = apply(call, state: &state, readOnly: readOnly, into: &out)
                 ticket = applied
                 return error
             }
@@ -198,6 +224,7 @@ public final class Dispatcher: @unchecked Sendable {
             let disposition: Disposition = ticket.map { .replyAfter(ticket: $0, id: call.id) } ?? .reply
             outcomes.append((Served(disposition: disposition, failed: error != nil, known: true), out.count))
         }
+        return logged
     }
 
     /// Handles a decoded request for `session` (its form, its role); the reply goes in its form.
@@ -222,10 +249,10 @@ public final class Dispatcher: @unchecked Sendable {
     /// mutation's outcome is remembered (journaled with it when applied); a retry gets that
     /// outcome, once it is as durable as the first reply; the same key with another method or
     /// param is `keyReused`.
-    private func apply(_ call: Call, into out: inout [UInt8]) -> (RPCError?, UInt64?) {
-        if call.isMutation, let readOnlyMessage { return (.readOnly(readOnlyMessage), nil) }
+    private func apply(_ call: Call, state: inout Entities, readOnly: String?, into out: inout [UInt8]) -> (RPCError?, UInt64?) {
+        if call.isMutation, let readOnly { return (.readOnly(readOnly), nil) }
         if let keyed = call.keyed, let prior = state.keys.lookup(keyed.key, now: keyed.now) {
-            guard prior.digest == keyed.digest else {
+            guard keyed.matches(prior) else {
                 return (.keyReused("key \"\(keyed.key.id.string.prefix(128))\" was first used with another method or param; use a new key for a new mutation"), nil)
             }
             if let error = prior.error { return (error, nil) }
@@ -332,8 +359,10 @@ public final class Dispatcher: @unchecked Sendable {
         case .success(let call): prepared = call
         case .failure(let error): return .failed(error)
         }
-        let keyed = request.key.map { (IdempotencyKeys.Key($0), IdempotencyKeys.digest(method: request.method, param: request.param)) }
         let body = log.map { _ in body ?? JournalRecord.Body(request) }
+        let keyed = request.key.map {
+            (IdempotencyKeys.Key($0), body?.digest ?? IdempotencyKeys.digest(method: request.method, param: request.param))
+        }
         let now = DispatchTime.now().uptimeNanoseconds
         lock.lock()
         defer {

@@ -29,16 +29,19 @@ public enum JournalRecord {
     /// only writing the number twice, a copy and the checksum (about 60 ns a line).
     public struct Body: Sendable {
         let bytes: [UInt8]
+        /// `IdempotencyKeys.digest` of a keyed request, hashed from the bytes just encoded.
+        let digest: UInt64?
 
         public init(_ request: Request) {
             var out: [UInt8] = []
             out.reserveCapacity(160)
-            RequestCodec.encode(id: "", method: request.method, param: request.param, form: .canonical, into: &out)
-            out.removeLast(2)  // "}\n"
-            out.removeFirst(emptyIDPrefix.bytes.count)
+            appendMethodAndParam(method: request.method, param: request.param, into: &out)
             if let key = request.key {
+                digest = out.withUnsafeBytes { IdempotencyKeys.digest(canonical: $0) }
                 out.append(contentsOf: keyPrefix.bytes)
                 JSONWriter.writeString(key, into: &out)
+            } else {
+                digest = nil
             }
             out.append(contentsOf: seqPrefix.bytes)
             bytes = out
@@ -62,7 +65,22 @@ public enum JournalRecord {
                 line[(line.count - tail - seqPrefix.bytes.count)..<(line.count - tail)].elementsEqual(seqPrefix.bytes)
             else { return nil }
             bytes = Array(line[head..<(line.count - tail)])
+            digest = nil
         }
+    }
+
+    /// Appends `,"method":M,"param":P` as a canonical request line has them: what a journal line
+    /// holds between its id and its key, and what `IdempotencyKeys.digest` hashes.
+    /// (Byte for byte `RequestCodec.encode`'s canonical form, which `roundTrip` holds them to.)
+    static func appendMethodAndParam(method: RPCMethod, param: JSONValue?, into out: inout [UInt8]) {
+        out.append(contentsOf: methodPrefix.bytes)
+        JSONWriter.appendEscaped(method.entity, into: &out)
+        out.append(UInt8(ascii: "."))
+        JSONWriter.appendEscaped(method.name, into: &out)
+        out.append(UInt8(ascii: "\""))
+        guard let param else { return }
+        out.append(contentsOf: paramPrefix.bytes)
+        JSONWriter.write(param, into: &out)
     }
 
     /// Appends the sealed line (with its `\n`) of `body` as mutation number `seq`, with the id
@@ -84,7 +102,8 @@ public enum JournalRecord {
     }
 
     private static let idPrefix: StaticString = #"{"id":"#
-    private static let emptyIDPrefix: StaticString = #"{"id":"""#
+    private static let methodPrefix: StaticString = #","method":""#
+    private static let paramPrefix: StaticString = #","param":"#
     private static let feedIDPrefix: StaticString = #"{"id":"r"#
     // StaticStrings appended through `bytes`: a string's UTF-8 view cost ~170 instructions to
     // append, and a `static let` array a retain and a release both loops share (under the state lock).

@@ -53,8 +53,9 @@ public struct SnapshotEnd: Codable, Hashable, Sendable {
 }
 
 /// Sent by a leader among a snapshot's records: the remembered outcome of a keyed mutation, so a
-/// retry after a failover to the follower gets the same answer (`digest` is 16 hex digits of the
-/// method and param's digest, `reply` the success param that was sent).
+/// retry after a failover to the follower gets the same answer (`digest` is the method and param's
+/// 64-bit digest as `v2:` and hex, or bare hex from a leader or snapshot older than `v2:`; `reply`
+/// the success param that was sent).
 public struct SnapshotKey: Codable, Equatable, Sendable {
     public static let method = RPCMethod("replication", "key")
     public var key: String

@@ -4,12 +4,58 @@ import RPCSchema
 
 /// The idempotency-key table: its digest, and the table against a plain model.
 @Suite struct IdempotencyKeysTests {
-    /// Snapshots store digests (`"digest":"hex"`), so the function may get faster but never change:
-    /// these values are FNV-1a 64 of the byte sequences the digest is defined over, computed apart.
+    /// Snapshots and the change feed store digests (`"digest":"v2:hex"`), so the function may get
+    /// faster but never change: these values were computed apart (a 12-line Python transcription of
+    /// `digest(canonical:)`) over the canonical bytes checked first.
     @Test func digestsKeepTheirValues() throws {
         let param = try JSONParser.parse(Array(#"{"id":"u1","name":"Ad\u00e9","n":12.5,"tags":[true,null,false],"o":{}}"#.utf8))
-        #expect(IdempotencyKeys.digest(method: RPCMethod("user", "createUser"), param: param) == 0x6b4d_d9ae_08f7_dbd7)
-        #expect(IdempotencyKeys.digest(method: RPCMethod("user", "deleteUser"), param: nil) == 0xd72b_aae6_6427_cd06)
+        var bytes: [UInt8] = []
+        JournalRecord.appendMethodAndParam(method: RPCMethod("user", "createUser"), param: param, into: &bytes)
+        #expect(String(decoding: bytes, as: UTF8.self) == #","method":"user.createUser","param":{"id":"u1","name":"Adé","n":12.5,"tags":[true,null,false],"o":{}}"#)
+        #expect(IdempotencyKeys.digest(method: RPCMethod("user", "createUser"), param: param) == 0x999d_5ff4_11ce_7a19)
+        bytes = []
+        JournalRecord.appendMethodAndParam(method: RPCMethod("user", "deleteUser"), param: nil, into: &bytes)
+        #expect(String(decoding: bytes, as: UTF8.self) == #","method":"user.deleteUser""#)
+        #expect(IdempotencyKeys.digest(method: RPCMethod("user", "deleteUser"), param: nil) == 0x76b6_ff8c_e16d_a07f)
+        // The digest snapshots held before: FNV-1a 64 of the structure's byte sequence, computed apart.
+        #expect(IdempotencyKeys.legacyDigest(method: RPCMethod("user", "createUser"), param: param) == 0x6b4d_d9ae_08f7_dbd7)
+        #expect(IdempotencyKeys.legacyDigest(method: RPCMethod("user", "deleteUser"), param: nil) == 0xd72b_aae6_6427_cd06)
+    }
+
+    /// A keyed request's journal record hashes the bytes it encodes; replay and followers hash a
+    /// fresh encoding of the parsed request: the two must agree for every param, or a retry after
+    /// a restart would be `keyReused`.
+    @Test func recordDigestIsTheRequestDigest() throws {
+        let params = [
+            nil, #"{}"#, #"{"id":"u1","name":"Ada","email":"a@x"}"#, #"{"id":"\"\\\n\u0001\u2028😀","n":-0.0e+5}"#,
+            #"{"id":"b","residents":["u1","u2"],"nested":{"a":[[],{},null]}}"#, #"{"limit":100,"after":"u9"}"#,
+        ]
+        for text in params {
+            let param = try text.map { try JSONParser.parse(Array($0.utf8)) }
+            for method in [CreateUser.method, RPCMethod("building", "addBuilding"), RPCMethod("user", "deleteUser")] {
+                let request = Request(id: "7", method: method, param: param, key: "k")
+                let body = JournalRecord.Body(request)
+                #expect(body.digest == IdempotencyKeys.digest(method: method, param: param), "\(method) \(text ?? "nil")")
+                #expect(JournalRecord.Body(Request(id: "7", method: method, param: param)).digest == nil)
+            }
+        }
+        let first = try JSONParser.parse(Array(#"{"id":"u1","name":"Ada"}"#.utf8))
+        let other = try JSONParser.parse(Array(#"{"name":"Ada","id":"u1"}"#.utf8))
+        #expect(IdempotencyKeys.digest(method: CreateUser.method, param: first) != IdempotencyKeys.digest(method: CreateUser.method, param: other))
+    }
+
+    @Test func digestTextsReadBack() {
+        for value: UInt64 in [0, 1, 0xABC, UInt64.max] {
+            for legacy in [false, true] {
+                let text = IdempotencyKeys.digestText(value, legacy: legacy)
+                #expect(text.hasPrefix("v2:") == !legacy)
+                let read = IdempotencyKeys.digest(text: text)
+                #expect(read?.value == value && read?.legacy == legacy, "\(text)")
+            }
+        }
+        for bad in ["", "v2:", "v2:+1", "+1", "x", "v3:1", "1 ", "10000000000000000", "v2:-1"] {
+            #expect(IdempotencyKeys.digest(text: bad) == nil, "\(bad)")
+        }
     }
 
     private func outcome(_ n: Int, failed: Bool = false) -> IdempotencyKeys.Outcome {
@@ -73,7 +119,7 @@ import RPCSchema
         #expect(keys.lookup(ExactID("k1000"), now: 0) == nil)
         #expect(keys.lookup(ExactID("k8999"), now: 0) == outcome(8999))
         var applied: [ExactID] = []
-        copy.forEachApplied { key, _, _, _ in applied.append(ExactID(String(decoding: key, as: UTF8.self))) }
+        copy.forEachApplied { key, _, _, _, _ in applied.append(ExactID(String(decoding: key, as: UTF8.self))) }
         #expect(applied == (1000..<6000).map { ExactID("k\($0)") })
         // Both go on from the chunk they share: neither overwrites the other's bytes.
         for n in 20000..<20100 { copied.remember(ExactID("c\(n)"), outcome(n), now: 0) }

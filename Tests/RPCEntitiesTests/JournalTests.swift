@@ -1,3 +1,4 @@
+import Foundation
 import Dispatch
 @testable import RPCEntities
 import RPCSchema
@@ -216,8 +217,10 @@ struct JournalTests {
         let parsed = Array(keyLine.utf8).withUnsafeBytes { JournalSnapshot.parseKeyLine($0) }
         let (key, outcome) = try parsed.get()
         #expect(key == ExactID(#"key "1""#) && outcome.seq == 8)
-        #expect(keyLine.contains(#""digest":"\#(String(outcome.digest, radix: 16))""#))
-        for value: UInt64 in [0, 1, 0xF, 0x10, 0xABC, UInt64.max] {
+        #expect(!outcome.legacyDigest && keyLine.contains(#""digest":"v2:\#(String(outcome.digest, radix: 16))""#))
+        let edges: [UInt64] = [0, 1, 0xF, 0x10, 0xABC, 0x9AF0_9AF0_0FA9_0FA9, UInt64.max] + (0..<64).flatMap { [1 << $0, (1 << $0) - 1] }
+        var generator = SystemRandomNumberGenerator()
+        for value in edges + (0..<2000).map({ _ in UInt64.random(in: 0...UInt64.max, using: &generator) >> UInt64.random(in: 0..<64) }) {
             var hex: [UInt8] = []
             JournalSnapshot.appendHex(value, into: &hex)
             #expect(String(decoding: hex, as: UTF8.self) == String(value, radix: 16))
@@ -243,6 +246,45 @@ struct JournalTests {
         #expect(copy.state.keys.count == 2000)
         var keys = copy.state.keys
         #expect(keys.lookup(ExactID("key-1999"), now: DispatchTime.now().uptimeNanoseconds)?.seq == 2000)
+    }
+
+    @Test("a snapshot written before v2 digests (bare hex, FNV-1a over the structure) still answers retries of the same request, refuses others, and is written back bare")
+    func legacySnapshotDigests() throws {
+        var source = JournalReplay()
+        let param: JSONValue = ["id": "u1", "name": "Ada", "email": "a@x"]
+        _ = try replay(line(Request(id: "c", method: CreateUser.method, param: param, key: "old"), seq: 1), into: &source).get()
+        var records: [UInt8] = []
+        JournalSnapshot.encodeRecords(source.state) { records += $0 }
+        // The key line as a daemon before v2 wrote it: its FNV-1a digest as bare hex, sealed again.
+        var lines = records.split(separator: UInt8(ascii: "\n")).map(Array.init)
+        let keyIndex = try #require(lines.firstIndex { String(decoding: $0, as: UTF8.self).hasPrefix(#"{"rpcdKey":"old""#) })
+        let current = IdempotencyKeys.digestText(IdempotencyKeys.digest(method: CreateUser.method, param: param), legacy: false)
+        let legacy = String(IdempotencyKeys.legacyDigest(method: CreateUser.method, param: param), radix: 16)
+        var text = String(decoding: lines[keyIndex].dropLast(18), as: UTF8.self)
+        #expect(text.contains(#""digest":"\#(current)""#))
+        text = text.replacingOccurrences(of: current, with: legacy)
+        var resealed = Array(text.utf8)
+        JournalRecord.appendSeal(lineStart: 0, into: &resealed)
+        lines[keyIndex] = Array(resealed.dropLast())
+        var bytes = JournalSnapshot.header(seq: 1, records: JournalSnapshot.recordCount(source.state))
+        for line in lines { bytes += line + [UInt8(ascii: "\n")] }
+        var restored = JournalReplay()
+        _ = try bytes.withUnsafeBytes { restored.replaySnapshot($0) }.get()
+
+        let dispatcher = Dispatcher(state: restored.state)
+        func send(_ request: Request) -> String {
+            var out: [UInt8] = []
+            _ = dispatcher.handle(request, form: .canonical, into: &out)
+            return String(decoding: out, as: UTF8.self)
+        }
+        let retried = send(Request(id: "again", method: CreateUser.method, param: param, key: "old"))
+        #expect(retried.hasPrefix(#"{"id":"again","method":"user.createUserResult""#), "\(retried)")
+        let reused = send(Request(id: "other", method: CreateUser.method, param: ["id": "u2", "name": "Bo", "email": "b@x"], key: "old"))
+        #expect(reused.contains(#""code":"keyReused""#), "\(reused)")
+        #expect(dispatcher.withState { $0.users.count } == 1)
+        var written: [UInt8] = []
+        dispatcher.withState { state in JournalSnapshot.encodeRecords(state) { written += $0 } }
+        #expect(String(decoding: written, as: UTF8.self).contains(#""rpcdKey":"old","digest":"\#(legacy)","#))
     }
 
     @Test("the newline search finds the first newline at or after any offset, in runs of every length")

@@ -227,11 +227,11 @@ final class Follower: @unchecked Sendable {
             return install(end)
         case SnapshotKey.method:
             guard incoming != nil, let remembered = decode(SnapshotKey.self, request) else { return true }
-            guard let digest = UInt64(remembered.digest, radix: 16), !remembered.key.isEmpty else { return true }
+            guard let digest = IdempotencyKeys.digest(text: remembered.digest), !remembered.key.isEmpty else { return true }
             var reply: [UInt8] = []
             JSONWriter.write(remembered.reply, into: &reply)
             incoming!.replay.rememberKey(
-                ExactID(remembered.key), .init(digest: digest, reply: reply, seq: UInt64(clamping: remembered.seq)))
+                ExactID(remembered.key), .init(digest: digest.value, legacyDigest: digest.legacy, reply: reply, seq: UInt64(clamping: remembered.seq)))
             return true
         default:
             break

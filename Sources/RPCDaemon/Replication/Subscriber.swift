@@ -280,7 +280,7 @@ final class SnapshotCursor {
                 // A remembered key outcome travels as a request of its own.
                 guard case .success(let remembered) = line.withUnsafeBytes({ JournalSnapshot.parseKeyLine($0) }) else { continue }
                 let param = JSONValue.object(JSONObject([
-                    ("key", .string(remembered.key.string)), ("digest", .string(String(remembered.outcome.digest, radix: 16))),
+                    ("key", .string(remembered.key.string)), ("digest", .string(IdempotencyKeys.digestText(remembered.outcome.digest, legacy: remembered.outcome.legacyDigest))),
                     ("seq", .number(String(remembered.outcome.seq))),
                     ("reply", (try? JSONParser.parse(remembered.outcome.reply)) ?? .null),
                 ]))
