@@ -23,14 +23,8 @@ public struct JournalReplay {
     /// Journal records read so far (applied or skipped), over every journal file.
     private var journalRecords = 0
     private let table: MethodTable<Entities>
-    /// Method text -> entry, so each line costs one dictionary lookup (and one retain: an entry
-    /// copied out of the dictionary retains each of its parts, a tenth of a restart).
-    private var entries: [String: CachedEntry] = [:]
-
-    private final class CachedEntry: Sendable {
-        let entry: MethodTable<Entities>.Entry
-        init(_ entry: MethodTable<Entities>.Entry) { self.entry = entry }
-    }
+    /// Method text -> entry, so each line costs one dictionary lookup and one retain.
+    private var entries: [String: MethodTable<Entities>.Entry] = [:]
 
     public init(state: Entities = Entities(), table: MethodTable<Entities> = Entities.table) {
         self.state = state
@@ -258,7 +252,7 @@ public struct JournalReplay {
     /// Runs one mutation against the state; the reason it failed, or nil. A keyed record also
     /// remembers its outcome, as serving it did.
     mutating func apply(_ fields: JournalRecord.Fields, seq: UInt64) -> String? {
-        let cached: CachedEntry
+        let cached: MethodTable<Entities>.Entry
         if let found = entries[fields.method] {
             cached = found
         } else {
@@ -266,13 +260,13 @@ public struct JournalReplay {
                 return "unknown method \"\(fields.method)\""
             }
             guard found.isMutation else { return "\(method) is not a mutation" }
-            cached = CachedEntry(found)
+            cached = found
             entries[fields.method] = cached
         }
-        return apply(fields, seq: seq, entry: cached.entry)
+        return apply(fields, seq: seq, entry: cached)
     }
 
-    private mutating func apply(_ fields: JournalRecord.Fields, seq: UInt64, entry: borrowing MethodTable<Entities>.Entry) -> String? {
+    private mutating func apply(_ fields: JournalRecord.Fields, seq: UInt64, entry: MethodTable<Entities>.Entry) -> String? {
         if let key = fields.key {
             switch entry.prepare(fields.param) {
             case .failure(let error): return "\(entry.method) does not apply: \(error.errorMessage)"

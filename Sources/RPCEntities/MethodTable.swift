@@ -22,7 +22,10 @@ public struct MethodTable<State>: Sendable {
         case later(@Sendable (@escaping @Sendable (Result<[UInt8], RPCError>) -> Void) -> Void)
     }
 
-    public struct Entry: Sendable {
+    /// A class: a request looks its entry up and holds it while it is staged, and a struct copied
+    /// out of the table retained each closure and array in it (a shared refcount both loops hit,
+    /// per request); an instance costs one.
+    public final class Entry: Sendable {
         public let method: RPCMethod
         /// The paired method a success is sent to (`user.getUserResult`), built once.
         public let result: RPCMethod
@@ -36,6 +39,21 @@ public struct MethodTable<State>: Sendable {
         public let prepare: @Sendable (JSONValue?) -> Result<Prepared, RPCError>
         /// Like `prepare`, but the call encodes no reply, only the error if any (journal replay).
         public let prepareSilent: @Sendable (JSONValue?) -> Result<@Sendable (inout State) -> RPCError?, RPCError>
+
+        init(
+            method: RPCMethod, result: RPCMethod, fields: [RPCField], isMutation: Bool, access: RPCAccess, service: ServiceHandler?,
+            prepare: @escaping @Sendable (JSONValue?) -> Result<Prepared, RPCError>,
+            prepareSilent: @escaping @Sendable (JSONValue?) -> Result<@Sendable (inout State) -> RPCError?, RPCError>
+        ) {
+            self.method = method
+            self.result = result
+            self.fields = fields
+            self.isMutation = isMutation
+            self.access = access
+            self.service = service
+            self.prepare = prepare
+            self.prepareSilent = prepareSilent
+        }
     }
 
     private var byMethod: [RPCMethod: Entry] = [:]
