@@ -44,7 +44,7 @@ struct Options {
           --daemon-arg ARG   one more argument for every daemon it spawns, repeatable
                              (e.g. --daemon-arg --group-commit-delay --daemon-arg 2ms)
           --threads N        load threads (default 1; each runs a poll(2) loop over its connections)
-          --rounds N         run the loads a RATIO compares N times, in alternating order (ABBA…), and
+          --rounds N         run the loads a RATIO compares N times (1 to 100), in alternating order (ABBA…), and
                              print each round's ratio and their median (default 1)
           --compare LIST     after rpcd, run the same load against each of: redis (a redis-server it
                              spawns: SET key{n} value per request, AOF appendfsync always when rpcd runs
@@ -107,7 +107,10 @@ struct Options {
                 case let other: throw UsageError("--keys '\(other)' is not no, yes or both")
                 }
             case "--threads": options.threads = try number(Int.self)
-            case "--rounds": options.rounds = min(try number(Int.self), 100)
+            case "--rounds":
+                let rounds = try number(Int.self)
+                guard rounds <= 100 else { throw UsageError("--rounds \(rounds) is more than 100; give 1 to 100 (each round is two loads)") }
+                options.rounds = rounds
             case "--idle": options.idle = try number(Int.self)
             case "--recovery": options.recovery = try number(Int.self)
             case "--in-process": options.inProcess = try number(Int.self)

@@ -93,6 +93,14 @@ import Glibc
         #expect(outcome.stderr.hasPrefix("rpcbench: --followers ") && outcome.stderr.split(separator: "\n").count == 1, "\(outcome.stderr)")
     }
 
+    @Test("rpcbench --rounds outside 1...100 exits 2 with one line that names the range", arguments: ["0", "101", "many"])
+    func roundsOutOfRange(_ rounds: String) throws {
+        let outcome = try runProcess(try Binaries.rpcbench(), ["--spawn", "/bin/false", "--keys", "both", "--rounds", rounds], timeout: 30)
+        #expect(outcome.status == 2)
+        #expect(outcome.stderr.hasPrefix("rpcbench: --rounds ") && outcome.stderr.split(separator: "\n").count == 1, "\(outcome.stderr)")
+        if rounds == "101" { #expect(outcome.stderr.contains("1 to 100"), "\(outcome.stderr)") }
+    }
+
     @Test("rpcbench --compare redis without redis-server on PATH exits 2 with one line")
     func compareRedisMissing() throws {
         let outcome = try runProcess(
