@@ -210,19 +210,23 @@ public final class Dispatcher: @unchecked Sendable {
     ) -> Bool {
         let start = out.count
         var logged = false
-        for call in calls {
-            if let keyed = call.keyed { state.keys.prefetch(keyed.key) }
-        }
-        for call in calls where out.count - start < maxBytes {
-            var ticket: UInt64?
-            let error = RequestCodec.encode(id: call.id, method: call.result, form: call.form, into: &out) { out in
-                let (error, applied) = apply(call, state: &state, readOnly: readOnly, into: &out)
-                ticket = applied
-                return error
+        // Calls are read in place: `for call in calls` copied each one (a retain and a release for
+        // each of its strings, closure and arrays).
+        calls.withUnsafeBufferPointer { calls in
+            for index in calls.indices {
+                if let key = calls[index].keyed?.key { state.keys.prefetch(key) }
             }
-            if ticket != nil { logged = true }
-            let disposition: Disposition = ticket.map { .replyAfter(ticket: $0, id: call.id) } ?? .reply
-            outcomes.append((Served(disposition: disposition, failed: error != nil, known: true), out.count))
+            for index in calls.indices where out.count - start < maxBytes {
+                var ticket: UInt64?
+                let error = RequestCodec.encode(id: calls[index].id, method: calls[index].result, form: calls[index].form, into: &out) { out in
+                    let (error, applied) = apply(calls[index], state: &state, readOnly: readOnly, into: &out)
+                    ticket = applied
+                    return error
+                }
+                if ticket != nil { logged = true }
+                let disposition: Disposition = ticket.map { .replyAfter(ticket: $0, id: calls[index].id) } ?? .reply
+                outcomes.append((Served(disposition: disposition, failed: error != nil, known: true), out.count))
+            }
         }
         return logged
     }

@@ -26,6 +26,15 @@ extension JSONWriter {
         out.append(contentsOf: [0x22, 0x3A])
     }
 
+    /// `{"id":"ID","name":"NAME` (no closing quote): how a user and a building begin.
+    @inline(__always)
+    static func beginRecord(id: String, name: String, into out: inout [UInt8]) {
+        appendASCII(#"{"id":""#, into: &out)
+        appendEscaped(id, into: &out)
+        appendASCII(#"","name":""#, into: &out)
+        appendEscaped(name, into: &out)
+    }
+
     static func writeStrings(_ strings: [String], into out: inout [UInt8]) {
         out.append(0x5B)
         for (i, s) in strings.enumerated() {
@@ -37,33 +46,22 @@ extension JSONWriter {
 }
 
 extension User: JSONWritable {
+    // Punctuation, keys and the quotes around each value in one literal apiece: an append costs
+    // about as much for one byte as for twenty, and a get writes one of these per reply.
     public func writeJSON(into out: inout [UInt8]) {
-        out.append(0x7B)
-        JSONWriter.writeKey("id", into: &out)
-        JSONWriter.writeString(id, into: &out)
-        out.append(0x2C)
-        JSONWriter.writeKey("name", into: &out)
-        JSONWriter.writeString(name, into: &out)
-        out.append(0x2C)
-        JSONWriter.writeKey("email", into: &out)
-        JSONWriter.writeString(email, into: &out)
-        out.append(0x7D)
+        JSONWriter.beginRecord(id: id, name: name, into: &out)
+        JSONWriter.appendASCII(#"","email":""#, into: &out)
+        JSONWriter.appendEscaped(email, into: &out)
+        JSONWriter.appendASCII(#""}"#, into: &out)
     }
 }
 
 extension Building: JSONWritable {
     public func writeJSON(into out: inout [UInt8]) {
-        out.append(0x7B)
-        JSONWriter.writeKey("id", into: &out)
-        JSONWriter.writeString(id, into: &out)
-        out.append(0x2C)
-        JSONWriter.writeKey("name", into: &out)
-        JSONWriter.writeString(name, into: &out)
-        out.append(0x2C)
-        JSONWriter.writeKey("address", into: &out)
-        JSONWriter.writeString(address, into: &out)
-        out.append(0x2C)
-        JSONWriter.writeKey("residents", into: &out)
+        JSONWriter.beginRecord(id: id, name: name, into: &out)
+        JSONWriter.appendASCII(#"","address":""#, into: &out)
+        JSONWriter.appendEscaped(address, into: &out)
+        JSONWriter.appendASCII(#"","residents":"#, into: &out)
         JSONWriter.writeStrings(residents, into: &out)
         out.append(0x7D)
     }
@@ -71,10 +69,9 @@ extension Building: JSONWritable {
 
 extension Deleted: JSONWritable {
     public func writeJSON(into out: inout [UInt8]) {
-        out.append(0x7B)
-        JSONWriter.writeKey("deleted", into: &out)
-        JSONWriter.writeString(deleted, into: &out)
-        out.append(0x7D)
+        JSONWriter.appendASCII(#"{"deleted":""#, into: &out)
+        JSONWriter.appendEscaped(deleted, into: &out)
+        JSONWriter.appendASCII(#""}"#, into: &out)
     }
 }
 

@@ -180,6 +180,19 @@ private func fullDecode(_ text: String) -> DecodedLine {
         #expect(text == #"{"id":"1","method":{"user":{"_0":"createUserResult"}},"param":{"user":{"createUserResult":{"id":"3"}}}}"# + "\n")
     }
 
+    @Test("lines without a param, and ids and method parts that need escapes, in both forms")
+    func encodesBareLinesAndEscapes() {
+        #expect(encoded { RequestCodec.encode(id: "4", method: RPCMethod("user", "listUsers"), param: nil, form: .canonical, into: &$0) }
+            == #"{"id":"4","method":"user.listUsers"}"# + "\n")
+        #expect(encoded { RequestCodec.encode(id: "4", method: RPCMethod("user", "listUsers"), param: nil, form: .seed, into: &$0) }
+            == #"{"id":"4","method":{"user":{"_0":"listUsers"}}}"# + "\n")
+        let odd = RPCMethod("u\"s", "g\\t")
+        #expect(encoded { RequestCodec.encode(id: "a\"b\n", method: odd, param: .object(JSONObject()), form: .canonical, into: &$0) }
+            == #"{"id":"a\"b\n","method":"u\"s.g\\t","param":{}}"# + "\n")
+        #expect(encoded { RequestCodec.encode(id: "a\"b\n", method: odd, param: nil, form: .seed, into: &$0) }
+            == #"{"id":"a\"b\n","method":{"u\"s":{"_0":"g\\t"}}}"# + "\n")
+    }
+
     @Test func encodesErrorsInBothForms() {
         let error = RPCError.notFound("no user \"x\"")
         #expect(encoded { RequestCodec.encodeError(id: "2", error, form: .canonical, into: &$0) }
