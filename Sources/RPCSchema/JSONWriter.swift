@@ -5,6 +5,13 @@ public enum JSONWriter {
     /// (\" \\ \n \r \t \b \f, other control characters as \u00XX; "/" is not escaped; non-ASCII is
     /// written as raw UTF-8). Numbers are written as their literal text; object pairs in order.
     public static func write(_ value: JSONValue, into out: inout [UInt8]) {
+        // Most params are a few short plain strings: gathered on the stack, appended once.
+        if gathered(into: &out, { $0.value(value) }) { return }
+        writeTree(value, into: &out)
+    }
+
+    /// `write`, piece by piece.
+    private static func writeTree(_ value: JSONValue, into out: inout [UInt8]) {
         switch value {
         case .null:
             appendASCII("null", into: &out)
@@ -20,7 +27,7 @@ public enum JSONWriter {
             for item in items {
                 if !first { out.append(0x2C) }
                 first = false
-                write(item, into: &out)
+                writeTree(item, into: &out)
             }
             out.append(0x5D)  // ]
         case .object(let object):
@@ -31,7 +38,7 @@ public enum JSONWriter {
                 first = false
                 writeString(pair.key, into: &out)
                 out.append(0x3A)  // :
-                write(pair.value, into: &out)
+                writeTree(pair.value, into: &out)
             }
             out.append(0x7D)  // }
         }

@@ -210,6 +210,18 @@ public enum RequestCodec {
     /// commas ride in the literals around each string: one append per piece (each costs about as
     /// much for one byte as for twenty, and every reply line begins here).
     private static func beginLine(id: String, method: RPCMethod, form: WireForm, param: Bool = false, into out: inout [UInt8]) {
+        if form == .canonical {
+            let gathered = JSONWriter.gathered(into: &out) { line in
+                line.literal(#"{"id":""#)
+                line.plain(id)
+                line.literal(#"","method":""#)
+                line.plain(method.entity)
+                line.byte(UInt8(ascii: "."))
+                line.plain(method.name)
+                line.literal(param ? #"","param":"# : #"""#)
+            }
+            if gathered { return }
+        }
         JSONWriter.appendASCII(#"{"id":""#, into: &out)
         JSONWriter.appendEscaped(id, into: &out)
         switch form {

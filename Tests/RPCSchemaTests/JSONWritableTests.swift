@@ -22,6 +22,63 @@ import Testing
         }
     }
 
+    /// A user is gathered on the stack and appended at once unless a field needs an escape or the
+    /// object passes the gathering's 256 bytes: each way, byte for byte what `Encodable` writes,
+    /// after whatever the buffer held.
+    @Test("users gathered or not: one field with an escape, non-ASCII, empty fields, lengths around 256 bytes")
+    func userGatheredOrNot() throws {
+        var users = [
+            User(id: "", name: "", email: ""), User(id: "é😀", name: "名前", email: "a/b@x"),
+            User(id: "u\"", name: "Ada", email: "a@x"), User(id: "u1", name: "A\u{7F}\u{1F}", email: "a@x"),
+            User(id: "u1", name: "Ada", email: "a\\@x"),
+        ]
+        let frame = #"{"id":"u1","name":"Ada","email":""}"#.utf8.count  // 35 bytes around the email
+        for length in [200, 220, 256 - frame - 1, 256 - frame, 256 - frame + 1, 300] {
+            users.append(User(id: "u1", name: "Ada", email: String(repeating: "e", count: length)))
+        }
+        for user in users {
+            var out = Array("kept".utf8)
+            user.writeJSON(into: &out)
+            #expect(String(decoding: out, as: UTF8.self) == "kept" + (try viaEncodable(user)), "\(user)")
+        }
+    }
+
+    /// `JSONWriter.write` gathers values that fit and need no escape, and writes the rest piece
+    /// by piece: the same text either way.
+    @Test("JSON values gathered or not: nesting, every kind, escapes at any depth, sizes around 256 bytes")
+    func valuesGatheredOrNot() throws {
+        let texts = [
+            #"{}"#, #"[]"#, #""""#, #"null"#, #"-0.5e+3"#,
+            #"{"id":"u1","name":"Ada","email":"a@x"}"#,
+            #"{"a":[true,false,null,1,"x",{"b":[[]]}],"c":{}}"#,
+            #"{"a":[1,2,{"deep":"q\"uote"}]}"#, #"{"k\\ey":1}"#, #"["é😀","\u0001"]"#,
+            #"{"s":""# + String(repeating: "s", count: 242) + #""}"#,  // 250 bytes
+            #"{"s":""# + String(repeating: "s", count: 248) + #""}"#,  // 256
+            #"{"s":""# + String(repeating: "s", count: 249) + #""}"#,  // 257
+            "[" + Array(repeating: #"{"id":"u1","n":12.5}"#, count: 40).joined(separator: ",") + "]",
+        ]
+        for text in texts {
+            let value = try JSONParser.parse(Array(text.utf8))
+            var out = Array("kept".utf8)
+            JSONWriter.write(value, into: &out)
+            #expect(String(decoding: out, as: UTF8.self) == "kept" + text, "\(text.prefix(60))")
+        }
+    }
+
+    @Test("gathering appends everything or nothing: an escape or a 257th byte leaves the buffer as it was")
+    func gatheringIsAllOrNothing() {
+        var out = Array("x".utf8)
+        #expect(JSONWriter.gathered(into: &out) { $0.literal("ab"); $0.plain("cd"); $0.byte(UInt8(ascii: "e")) })
+        #expect(out == Array("xabcde".utf8))
+        #expect(!JSONWriter.gathered(into: &out) { $0.literal("ab"); $0.plain("c\"d") })
+        #expect(!JSONWriter.gathered(into: &out) { $0.plain("c\nd") })
+        #expect(!JSONWriter.gathered(into: &out) { $0.plain(String(repeating: "z", count: 256)); $0.byte(0x41) })
+        #expect(!JSONWriter.gathered(into: &out) { $0.plain(String(repeating: "z", count: 257)) })
+        #expect(out == Array("xabcde".utf8))
+        #expect(JSONWriter.gathered(into: &out) { $0.plain(String(repeating: "z", count: 255)); $0.byte(0x41) })
+        #expect(out == Array("xabcde".utf8) + Array(repeating: UInt8(ascii: "z"), count: 255) + [0x41])
+    }
+
     @Test func building() throws {
         for building in [
             Building(id: "b1", name: "H", address: "A", residents: []),

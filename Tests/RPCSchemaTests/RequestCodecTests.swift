@@ -191,6 +191,12 @@ private func fullDecode(_ text: String) -> DecodedLine {
             == #"{"id":"a\"b\n","method":"u\"s.g\\t","param":{}}"# + "\n")
         #expect(encoded { RequestCodec.encode(id: "a\"b\n", method: odd, param: nil, form: .seed, into: &$0) }
             == #"{"id":"a\"b\n","method":{"u\"s":{"_0":"g\\t"}}}"# + "\n")
+        // Line heads are gathered on the stack up to 256 bytes; longer ids are written piece by piece.
+        for length in [200, 208, 209, 210, 300] {  // 47 bytes around the id
+            let id = String(repeating: "i", count: length)
+            #expect(encoded { RequestCodec.encode(id: id, method: RPCMethod("user", "getUserResult"), param: .object(JSONObject()), form: .canonical, into: &$0) }
+                == #"{"id":""# + id + #"","method":"user.getUserResult","param":{}}"# + "\n")
+        }
     }
 
     @Test func encodesErrorsInBothForms() {
