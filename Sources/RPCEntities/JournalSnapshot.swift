@@ -46,10 +46,19 @@ public enum JournalSnapshot {
         }
         for user in state.users.values {
             let start = out.count
-            begin(userLinePrefix.bytes, id: user.id, name: user.name)
-            out.append(contentsOf: emailKey.bytes)
-            JSONWriter.writeString(user.email, into: &out)
-            out.append(UInt8(ascii: "}"))
+            // Gathered and appended at once, as a reply writes a user; piece by piece when a field
+            // needs an escape.
+            let gathered = JSONWriter.gathered(into: &out) { line in
+                line.literal(userLinePrefix)
+                line.literal(paramKey)
+                user.gather(into: &line)
+            }
+            if !gathered {
+                begin(userLinePrefix.bytes, id: user.id, name: user.name)
+                out.append(contentsOf: emailKey.bytes)
+                JSONWriter.writeString(user.email, into: &out)
+                out.append(UInt8(ascii: "}"))
+            }
             try seal(lineStart: start)
         }
         for building in state.buildings.values {
@@ -86,6 +95,7 @@ public enum JournalSnapshot {
     private static let userLinePrefix: StaticString = #"{"id":"s","method":"user.createUser","#
     private static let buildingLinePrefix: StaticString = #"{"id":"s","method":"building.addBuilding","#
     private static let paramID: StaticString = #""param":{"id":"#
+    private static let paramKey: StaticString = #""param":"#
     private static let nameKey: StaticString = #","name":"#
     private static let emailKey: StaticString = #","email":"#
     private static let addressKey: StaticString = #","address":"#

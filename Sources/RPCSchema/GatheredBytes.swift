@@ -4,7 +4,8 @@
 /// and a reply line or a record is a dozen short pieces: literals and strings that need no escape.
 /// `JSONWriter.gathered` writes them here and appends once; a piece that needs an escape, or more
 /// bytes than fit, makes it give up, and the caller writes the same bytes the ordinary way.
-struct GatheredBytes: ~Copyable {
+/// Package-internal: the snapshot writer gathers its record lines too.
+package struct GatheredBytes: ~Copyable {
     static var capacity: Int { 256 }
     private let base: UnsafeMutableRawPointer
     private(set) var count = 0
@@ -14,12 +15,12 @@ struct GatheredBytes: ~Copyable {
     fileprivate init(base: UnsafeMutableRawPointer) { self.base = base }
 
     @inline(__always)
-    mutating func literal(_ s: StaticString) {
+    package mutating func literal(_ s: StaticString) {
         bytes(UnsafeRawBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount))
     }
 
     @inline(__always)
-    mutating func byte(_ b: UInt8) {
+    package mutating func byte(_ b: UInt8) {
         guard !failed, count < Self.capacity else { return failed = true }
         base.storeBytes(of: b, toByteOffset: count, as: UInt8.self)
         count += 1
@@ -27,7 +28,7 @@ struct GatheredBytes: ~Copyable {
 
     /// `s` as the body of a JSON string, when it needs no escape (else the gathering fails).
     @inline(__always)
-    mutating func plain(_ s: String) {
+    package mutating func plain(_ s: String) {
         let done: Void? = s.utf8.withContiguousStorageIfAvailable { utf8 in
             guard JSONWriter.plainEnd(utf8, from: 0) == utf8.count else { return failed = true }
             bytes(UnsafeRawBufferPointer(utf8))
@@ -36,7 +37,7 @@ struct GatheredBytes: ~Copyable {
     }
 
     /// `value` as `JSONWriter.write` writes it, when no string in it needs an escape.
-    mutating func value(_ value: JSONValue) {
+    package mutating func value(_ value: JSONValue) {
         guard !failed else { return }
         switch value {
         case .null: literal("null")
@@ -82,7 +83,7 @@ extension JSONWriter {
     /// Runs `body` over a stack buffer and appends what it wrote to `out` in one go; false (and
     /// `out` unchanged) when a piece did not fit or needed an escape.
     @inline(__always)
-    static func gathered(into out: inout [UInt8], _ body: (inout GatheredBytes) -> Void) -> Bool {
+    package static func gathered(into out: inout [UInt8], _ body: (inout GatheredBytes) -> Void) -> Bool {
         withUnsafeTemporaryAllocation(byteCount: GatheredBytes.capacity, alignment: 8) { buffer in
             guard let base = buffer.baseAddress else { return false }
             var gathered = GatheredBytes(base: base)

@@ -49,20 +49,22 @@ extension User: JSONWritable {
     // Punctuation, keys and the quotes around each value in one literal apiece: an append costs
     // about as much for one byte as for twenty, and a get writes one of these per reply.
     public func writeJSON(into out: inout [UInt8]) {
-        let gathered = JSONWriter.gathered(into: &out) { line in
-            line.literal(#"{"id":""#)
-            line.plain(id)
-            line.literal(#"","name":""#)
-            line.plain(name)
-            line.literal(#"","email":""#)
-            line.plain(email)
-            line.literal(#""}"#)
-        }
-        guard !gathered else { return }
+        guard !JSONWriter.gathered(into: &out, { gather(into: &$0) }) else { return }
         JSONWriter.beginRecord(id: id, name: name, into: &out)
         JSONWriter.appendASCII(#"","email":""#, into: &out)
         JSONWriter.appendEscaped(email, into: &out)
         JSONWriter.appendASCII(#""}"#, into: &out)
+    }
+
+    /// `writeJSON` into a gathering (which fails when a field needs an escape).
+    package func gather(into line: inout GatheredBytes) {
+        line.literal(#"{"id":""#)
+        line.plain(id)
+        line.literal(#"","name":""#)
+        line.plain(name)
+        line.literal(#"","email":""#)
+        line.plain(email)
+        line.literal(#""}"#)
     }
 }
 

@@ -177,17 +177,18 @@ struct JournalTests {
     @Test("snapshot lines are written directly, byte for byte the sealed canonical request lines (escapes, non-ASCII, empty residents) and key lines")
     func snapshotLinesAreCanonical() throws {
         var source = JournalReplay()
-        let names = ["Ada", "quote \" backslash \\ tab \t", "caf\u{E9} \u{1F600}", "x", "ctl \u{01}\u{1F}"]
+        // Plain names are gathered into one append a line; escapes, or a line past 256 bytes, are not.
+        let names = ["Ada", "quote \" backslash \\ tab \t", "caf\u{E9} \u{1F600}", "x", "ctl \u{01}\u{1F}", String(repeating: "n", count: 240)]
         var journal = names.enumerated().map { index, name in
             line(Request(id: "c", method: CreateUser.method, param: ["id": .string("u\(index)\(name)"), "name": .string(name), "email": "e@x"]), seq: UInt64(index + 1))
         }.joined()
         journal += line(Request(id: "b", method: AddBuilding.method, param: [
             "id": "b1", "name": "T\"ower", "address": "1 \u{E9}", "residents": ["u0Ada", "u3x"],
-        ]), seq: 6)
+        ]), seq: UInt64(names.count + 1))
         journal += line(Request(id: "b", method: AddBuilding.method, param: [
             "id": "b2", "name": "Empty", "address": "-", "residents": [],
-        ]), seq: 7)
-        journal += line(Request(id: "k", method: CreateUser.method, param: ["id": "k1", "name": "K", "email": "k@x"], key: "key \"1\""), seq: 8)
+        ]), seq: UInt64(names.count + 2))
+        journal += line(Request(id: "k", method: CreateUser.method, param: ["id": "k1", "name": "K", "email": "k@x"], key: "key \"1\""), seq: UInt64(names.count + 3))
         _ = try replay(journal, into: &source).get()
         var written: [UInt8] = []
         JournalSnapshot.encodeRecords(source.state, chunkBytes: 64) { written += $0 }
@@ -216,7 +217,7 @@ struct JournalTests {
         let keyLine = try #require(keyLines.first)
         let parsed = Array(keyLine.utf8).withUnsafeBytes { JournalSnapshot.parseKeyLine($0) }
         let (key, outcome) = try parsed.get()
-        #expect(key == ExactID(#"key "1""#) && outcome.seq == 8)
+        #expect(key == ExactID(#"key "1""#) && outcome.seq == UInt64(names.count + 3))
         #expect(!outcome.legacyDigest && keyLine.contains(#""digest":"v2:\#(String(outcome.digest, radix: 16))""#))
         let edges: [UInt64] = [0, 1, 0xF, 0x10, 0xABC, 0x9AF0_9AF0_0FA9_0FA9, UInt64.max] + (0..<64).flatMap { [1 << $0, (1 << $0) - 1] }
         var generator = SystemRandomNumberGenerator()
