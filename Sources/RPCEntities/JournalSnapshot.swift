@@ -36,42 +36,27 @@ public enum JournalSnapshot {
                 out.removeAll(keepingCapacity: true)
             }
         }
-        /// `{"id":"s","method":M,"param":{"id":ID,"name":NAME`: how both kinds of record line begin.
-        func begin(_ linePrefix: UnsafeBufferPointer<UInt8>, id: String, name: String) {
-            out.append(contentsOf: linePrefix)
-            out.append(contentsOf: paramID.bytes)
-            JSONWriter.writeString(id, into: &out)
-            out.append(contentsOf: nameKey.bytes)
-            JSONWriter.writeString(name, into: &out)
-        }
+        // Each record's param is written by the record's own writer (`JSONWritable`, as replies
+        // write it); a user line is gathered and appended at once unless a field needs an escape.
         for user in state.users.values {
             let start = out.count
-            // Gathered and appended at once, as a reply writes a user; piece by piece when a field
-            // needs an escape.
             let gathered = JSONWriter.gathered(into: &out) { line in
                 line.literal(userLinePrefix)
                 line.literal(paramKey)
                 user.gather(into: &line)
             }
             if !gathered {
-                begin(userLinePrefix.bytes, id: user.id, name: user.name)
-                out.append(contentsOf: emailKey.bytes)
-                JSONWriter.writeString(user.email, into: &out)
-                out.append(UInt8(ascii: "}"))
+                out.append(contentsOf: userLinePrefix.bytes)
+                out.append(contentsOf: paramKey.bytes)
+                user.writeJSON(into: &out)
             }
             try seal(lineStart: start)
         }
         for building in state.buildings.values {
             let start = out.count
-            begin(buildingLinePrefix.bytes, id: building.id, name: building.name)
-            out.append(contentsOf: addressKey.bytes)
-            JSONWriter.writeString(building.address, into: &out)
-            out.append(contentsOf: residentsKey.bytes)
-            for (index, resident) in building.residents.enumerated() {
-                if index > 0 { out.append(UInt8(ascii: ",")) }
-                JSONWriter.writeString(resident, into: &out)
-            }
-            out.append(contentsOf: closeResidents.bytes)
+            out.append(contentsOf: buildingLinePrefix.bytes)
+            out.append(contentsOf: paramKey.bytes)
+            building.writeJSON(into: &out)
             try seal(lineStart: start)
         }
         // The outcomes of keyed mutations, oldest first, so retries after a compaction still find them.
@@ -94,13 +79,7 @@ public enum JournalSnapshot {
 
     private static let userLinePrefix: StaticString = #"{"id":"s","method":"user.createUser","#
     private static let buildingLinePrefix: StaticString = #"{"id":"s","method":"building.addBuilding","#
-    private static let paramID: StaticString = #""param":{"id":"#
     private static let paramKey: StaticString = #""param":"#
-    private static let nameKey: StaticString = #","name":"#
-    private static let emailKey: StaticString = #","email":"#
-    private static let addressKey: StaticString = #","address":"#
-    private static let residentsKey: StaticString = #","residents":["#
-    private static let closeResidents: StaticString = "]}"
     private static let digestKey: StaticString = #","digest":""#
     /// `IdempotencyKeys.digestText`'s prefix for a `digest` (a `legacyDigest` is bare hex).
     private static let digestPrefix: StaticString = "v2:"
