@@ -277,7 +277,8 @@ final class Journal: MutationLog, @unchecked Sendable {
         guard let (state, seq) = capture() else { return }
         if Faults.shared.compactionDelayMicroseconds > 0 { usleep(Faults.shared.compactionDelayMicroseconds) }  // tests only
         do {
-            let bytes = try SnapshotFile.write(state, seq: seq, in: directory)
+            // The last copy of the captured state: the snapshot lets go of each shard once written.
+            let bytes = try SnapshotFile.write(consume state, seq: seq, in: directory)
             queue.async { self.finishCompaction(seq: seq, snapshotBytes: bytes, started: started) }
         } catch {
             log.error("compaction failed: \(error); the journal keeps growing in \(directory.nextJournal) until the next start")

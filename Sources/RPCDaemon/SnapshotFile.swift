@@ -8,7 +8,7 @@ import Glibc
 /// Writes `snapshot.jsonl` crash-safely: temp file, fsync, rename, fsync the directory.
 enum SnapshotFile {
     /// Returns the snapshot's size in bytes.
-    static func write(_ state: Entities, seq: UInt64, in directory: DataDirectory) throws(Errno) -> Int {
+    static func write(_ state: consuming Entities, seq: UInt64, in directory: DataDirectory) throws(Errno) -> Int {
         let temp = directory.snapshotTemp
         let fd = try FileIO.open(temp, O_WRONLY | O_CREAT | O_TRUNC)
         var bytes = 0
@@ -18,7 +18,7 @@ enum SnapshotFile {
             try FileIO.writeAll(fd, header, path: temp)
             bytes += header.count
             var failure: Errno?
-            JournalSnapshot.encodeRecords(state) { chunk in
+            JournalSnapshot.encodeRecords(consume state) { chunk in
                 guard failure == nil else { return }
                 do throws(Errno) {
                     try FileIO.writeAll(fd, chunk, path: temp)

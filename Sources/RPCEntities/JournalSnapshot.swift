@@ -20,9 +20,11 @@ public enum JournalSnapshot {
 
     public static func recordCount(_ state: Entities) -> Int { state.users.count + state.buildings.count }
 
-    /// Calls `body` with chunks of about `chunkBytes` bytes of record lines.
+    /// Calls `body` with chunks of about `chunkBytes` bytes of record lines. Each shard of records
+    /// is let go of once written (`Records.drain`): hand over the last copy of a captured state
+    /// (`consume`) and the live state changes that shard in place again from then on.
     public static func encodeRecords(
-        _ state: Entities, chunkBytes: Int = 1 << 20, _ body: ([UInt8]) throws -> Void
+        _ state: consuming Entities, chunkBytes: Int = 1 << 20, _ body: ([UInt8]) throws -> Void
     ) rethrows {
         var out: [UInt8] = []
         out.reserveCapacity(chunkBytes + 4096)
@@ -38,7 +40,7 @@ public enum JournalSnapshot {
         }
         // Each record's param is written by the record's own writer (`JSONWritable`, as replies
         // write it); a user line is gathered and appended at once unless a field needs an escape.
-        for user in state.users.values {
+        try state.users.drain { user in
             let start = out.count
             let gathered = JSONWriter.gathered(into: &out) { line in
                 line.literal(userLinePrefix)
@@ -52,7 +54,7 @@ public enum JournalSnapshot {
             }
             try seal(lineStart: start)
         }
-        for building in state.buildings.values {
+        try state.buildings.drain { building in
             let start = out.count
             out.append(contentsOf: buildingLinePrefix.bytes)
             out.append(contentsOf: paramKey.bytes)

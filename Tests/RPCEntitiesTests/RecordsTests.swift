@@ -1,0 +1,110 @@
+import Testing
+import RPCSchema
+@testable import RPCEntities
+
+/// `Records` against a model dictionary while copies of it are taken, kept, read and drained as
+/// compaction does, with changes in between and during the drain: every copy must keep reading
+/// what it held when taken (the live value changes a shared shard through its overlay only), and
+/// the live value must read every change.
+@Suite struct RecordsTests {
+    typealias Random = SortedIDsTests.Random
+
+    static func id(_ n: Int) -> String { n % 3 == 0 ? "u\(n)" : "user-with-a-longer-id-\(n)" }
+
+    /// One random change to `records` and the same change to `model`.
+    static func change(_ records: inout Records<String>, _ model: inout [String: String], _ random: inout Random, step: Int) {
+        let id = Self.id(random.below(600))
+        let value = "v\(step)-\(String(repeating: "x", count: random.below(20)))"
+        switch random.below(10) {
+        case 0...3:
+            let added = records.insertNew(value, id: id)
+            #expect(added == (model[id] == nil), "insertNew \(id)")
+            if model[id] == nil { model[id] = value }
+        case 4...5:
+            records.insert(value, id: id)
+            model[id] = value
+        case 6...8:
+            let removed = records.remove(id)
+            #expect(removed == model[id], "remove \(id)")
+            model[id] = nil
+        default:
+            if random.below(20) == 0 {
+                records.updateAll { $0 += "+" }
+                for key in model.keys { model[key]! += "+" }
+            } else {
+                #expect(records[id] == model[id], "read \(id)")
+            }
+        }
+    }
+
+    static func expectEqual(_ records: Records<String>, _ model: [String: String], _ note: String) {
+        #expect(records.count == model.count, "\(note): count")
+        let values = records.values.sorted(), want = model.values.sorted()
+        if values != want {
+            let missing = want.filter { !values.contains($0) }.prefix(3), extra = values.filter { !want.contains($0) }.prefix(3)
+            Issue.record("\(note): values differ: missing \(Array(missing)), extra \(Array(extra))")
+        }
+        for n in 0..<600 where records[id(n)] != model[id(n)] {
+            Issue.record("\(note): \(id(n)) reads \(records[id(n)] ?? "nothing"), want \(model[id(n)] ?? "nothing")")
+            return
+        }
+        let ids = model.keys.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+        let page = records.page(after: ids.dropFirst(3).first, limit: 50)
+        let wantPage = ids.dropFirst(4).prefix(50).map { model[$0]! }
+        #expect(page.records == wantPage, "\(note): page")
+    }
+
+    @Test func copiesKeepWhatTheyHeldWhileTheLiveValueChanges() {
+        var random = Random(state: 42)
+        var live = Records<String>()
+        var model: [String: String] = [:]
+        var copies: [(records: Records<String>, model: [String: String])] = []
+        for step in 0..<6_000 {
+            Self.change(&live, &model, &random, step: step)
+            switch random.below(200) {
+            case 0 where copies.count < 3:
+                copies.append((live, model))
+            case 1 where !copies.isEmpty:
+                // Drain a copy as a snapshot does, changing the live value between its shards.
+                var (copy, held) = copies.removeFirst()
+                var drained: [String] = []
+                copy.drain { record in
+                    drained.append(record)
+                    if random.below(8) == 0 { Self.change(&live, &model, &random, step: step) }
+                }
+                #expect(drained.sorted() == held.values.sorted(), "step \(step): the drained copy (\(drained.count) records, want \(held.count))")
+                #expect(copy.count == 0 && copy.values.first(where: { _ in true }) == nil, "step \(step): drained copy is empty")
+            case 2 where !copies.isEmpty:
+                let (copy, held) = copies[random.below(copies.count)]
+                Self.expectEqual(copy, held, "step \(step): a kept copy")
+            case 3:
+                Self.expectEqual(live, model, "step \(step): live")
+            default:
+                break
+            }
+        }
+        Self.expectEqual(live, model, "the end: live")
+        for (copy, held) in copies { Self.expectEqual(copy, held, "the end: a kept copy") }
+    }
+
+    /// While a copy reads the shards, changes wait in overlays; once it is gone, the next change to
+    /// each shard folds its overlay in (so a shard is never copied whole on a loop).
+    @Test func overlaysFoldOnceNoCopyReadsTheShard() {
+        var live = Records<String>()
+        for n in 0..<1_000 { _ = live.insertNew("a\(n)", id: "id\(n)") }
+        #expect(live.overlaidEntries == 0)
+        var copy: Records<String>? = live
+        for n in 1_000..<1_500 { _ = live.insertNew("a\(n)", id: "id\(n)") }
+        live.remove("id3")
+        live.insert("changed", id: "id4")
+        #expect(live.overlaidEntries == 502, "changes to shared shards wait in overlays")
+        #expect(copy?.count == 1_000 && copy?["id3"] == "a3" && copy?["id4"] == "a4" && copy?["id1200"] == nil)
+        #expect(live["id3"] == nil && live["id4"] == "changed" && live["id1200"] == "a1200" && live.count == 1_499)
+        copy = nil
+        // Enough new ids to touch all 64 shards (a shard missed by 5,000 random ids: p < 1e-30).
+        for n in 2_000..<7_000 { _ = live.insertNew("a\(n)", id: "id\(n)") }
+        #expect(live.overlaidEntries == 0, "each shard folded its overlay at its first change")
+        #expect(live["id3"] == nil && live["id4"] == "changed" && live["id1200"] == "a1200" && live.count == 6_499)
+        _ = copy
+    }
+}
