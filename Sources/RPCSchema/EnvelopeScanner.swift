@@ -99,5 +99,7 @@ package struct EnvelopeScanner {
     private static let methodPrefix: StaticString = #","method":""#
     private static let paramPrefix: StaticString = #","param":"#
     private static let keyPrefix: StaticString = #","key":""#
+    package static let seqPrefix: StaticString = #","seq":"#
+    package static let crcPrefix: StaticString = #","crc":""#
     package static let closingBrace: StaticString = "}"
 }

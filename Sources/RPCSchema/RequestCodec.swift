@@ -66,13 +66,16 @@ public enum RequestCodec {
     }
 
     /// A canonical line in the shape every writer gives it, `{"id":"…","method":"…","param":…}`
-    /// with an optional `,"key":"…"` before the closing brace (id, method and key in plain ASCII),
-    /// read without building the envelope as a JSON object; nil for any other line, which the
-    /// full decode then reads. It accepts nothing the full decode would refuse and reads it the
-    /// same way (tests hold the two equal).
+    /// with an optional `,"key":"…"` and then, as journal lines and the change feed carry them, an
+    /// optional `,"seq":N` and `,"crc":"…"` before the closing brace (id, method, key and crc in
+    /// plain ASCII), read without building the envelope as a JSON object; nil for any other line,
+    /// which the full decode then reads. It accepts nothing the full decode would refuse and reads
+    /// it the same way (tests hold the two equal): seq and crc are ignored by both.
     static func decodeWritten(_ line: UnsafeRawBufferPointer) -> DecodedLine? {
         var scan = EnvelopeScanner(line)
         guard let (id, text, param, key) = scan.requestHead(), let method = RPCMethod(parsing: text),
+            !scan.expect(EnvelopeScanner.seqPrefix.bytes) || scan.wholeNumber() != nil,
+            !scan.expect(EnvelopeScanner.crcPrefix.bytes) || scan.plainString() != nil,
             scan.expect(EnvelopeScanner.closingBrace.bytes), scan.atEnd
         else { return nil }
         if method.isCounterRequest { return .counterRequest(Request(id: id, method: method, param: param, form: .canonical)) }
