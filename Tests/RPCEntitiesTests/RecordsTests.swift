@@ -1,3 +1,5 @@
+import Dispatch
+import Foundation
 import Testing
 import RPCSchema
 @testable import RPCEntities
@@ -106,5 +108,41 @@ import RPCSchema
         #expect(live.overlaidEntries == 0, "each shard folded its overlay at its first change")
         #expect(live["id3"] == nil && live["id4"] == "changed" && live["id1200"] == "a1200" && live.count == 6_499)
         _ = copy
+    }
+
+    /// As a compaction does it: a copy taken under a lock is drained on one thread while another
+    /// changes the live value under that lock. The copy writes what it held; the live value has
+    /// every change; `Tests/tsan.sh --filter RecordsTests` checks the hand-over of each shard.
+    @Test func aCopyDrainedOnAnotherThreadWhileTheLiveValueChanges() async {
+        final class Live: @unchecked Sendable {
+            // @unchecked: `records` is touched only under `lock`.
+            let lock = NSLock()
+            var records = Records<String>()
+        }
+        let live = Live()
+        for n in 0..<20_000 { _ = live.records.insertNew("v\(n)", id: "id\(n)") }
+        var copy = live.lock.withLock { live.records }
+        let changes = Task.detached {
+            for n in 20_000..<30_000 {
+                live.lock.withLock {
+                    _ = live.records.insertNew("v\(n)", id: "id\(n)")
+                    live.records.remove("id\(n - 20_000)")
+                    live.records.insert("w\(n)", id: "id\(n - 10_000)")
+                }
+                if n % 500 == 0 { await Task.yield() }
+            }
+        }
+        var drained: [String] = []
+        copy.drain { record in
+            drained.append(record)
+            if drained.count % 1_000 == 0 { usleep(200) }
+        }
+        await changes.value
+        #expect(drained.sorted() == (0..<20_000).map { "v\($0)" }.sorted(), "the copy wrote what it held when taken")
+        let records = live.lock.withLock { live.records }
+        var want: [String: String] = [:]
+        for n in 10_000..<20_000 { want["id\(n)"] = "w\(n + 10_000)" }
+        for n in 20_000..<30_000 { want["id\(n)"] = "v\(n)" }
+        Self.expectEqual(records, want, "the live value after the changes")
     }
 }
