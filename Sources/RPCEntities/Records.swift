@@ -19,7 +19,10 @@ public struct Records<Record: Sendable>: Sendable {
     private final class Shard: @unchecked Sendable {
         // @unchecked: `records` changes only while the box is uniquely referenced (the owner's
         // `ownsShard`), the discipline Array's storage follows; shared boxes are only read.
-        var records: [ExactID: Record]
+        // Unchecked exclusivity: no access to it overlaps another (none is held across a call
+        // that could reach the box again), and the run-time check cost every read of a record
+        // ~180 instructions (callgrind, a get).
+        @exclusivity(unchecked) var records: [ExactID: Record]
         init(_ records: [ExactID: Record] = [:]) { self.records = records }
     }
 
