@@ -197,7 +197,7 @@ public struct Records<Record: Sendable>: Sendable {
     /// Calls `body` with every record, shard by shard, letting go of each shard once it is read,
     /// so that the value this copy was taken from may change that shard in place again (the
     /// snapshot a compaction writes). This value holds no records afterwards.
-    public mutating func drain(_ body: (Record) throws -> Void) rethrows {
+    mutating func drain(_ body: (Record) throws -> Void) rethrows {
         for s in shards.indices {
             try forEach(inShard: s, body)
             shards[s] = Shard()
