@@ -30,7 +30,8 @@ public struct Records<Record: Sendable>: Sendable {
     /// A box each (never one box repeated: a shared box is never changed in place).
     private var shards: [Shard] = (0..<Records.shardCount).map { _ in Shard() }
     /// Per shard, what changed while its box was shared: a record, or nil where one was
-    /// removed. Read before the shard; empty whenever the shard's box is this value's alone.
+    /// removed. Read before the shard; folded into it by the first change once the box is this
+    /// value's alone.
     private var overlays = [[ExactID: Record?]](repeating: [:], count: Records.shardCount)
     private var order = SortedIDs()
     /// While the order is deferred (`deferOrder`), new ids wait here, unsorted, instead of `order`.
@@ -166,12 +167,8 @@ public struct Records<Record: Sendable>: Sendable {
     public mutating func updateAll(_ body: (inout Record) -> Void) {
         for s in shards.indices {
             if !ownsShard(s) {
-                let copy = Shard(shards[s].records)
-                for (key, record) in overlays[s] {
-                    if let record { copy.records[key] = record } else { copy.records.removeValue(forKey: key) }
-                }
-                overlays[s] = [:]
-                shards[s] = copy
+                shards[s] = Shard(shards[s].records)  // a box of this value's own, then its overlay in it
+                fold(s)
             }
             let shard = shards[s]
             for index in shard.records.values.indices { body(&shard.records.values[index]) }
