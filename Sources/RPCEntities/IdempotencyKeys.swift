@@ -523,18 +523,19 @@ public struct IdempotencyKeys: Sendable {
     /// A remembered digest as snapshots and the change feed write it: `v2:` and hex for `digest`,
     /// bare hex (as written before it) for `legacyDigest`.
     public static func digestText(_ digest: UInt64, legacy: Bool) -> String {
-        (legacy ? "" : digestTextPrefix) + String(digest, radix: 16)
+        (legacy ? "" : digestTextPrefix.description) + String(digest, radix: 16)
     }
 
     /// `digestText` read back: the value and whether it is a `legacyDigest`; nil when it is neither form.
     public static func digest(text: String) -> (value: UInt64, legacy: Bool)? {
-        let legacy = !text.hasPrefix(digestTextPrefix)
-        let hex = legacy ? Substring(text) : text.dropFirst(digestTextPrefix.count)
+        let legacy = !text.hasPrefix(digestTextPrefix.description)
+        let hex = legacy ? Substring(text) : text.dropFirst(digestTextPrefix.utf8CodeUnitCount)
         guard !hex.isEmpty, hex.count <= 16, hex.utf8.allSatisfy({ isHexDigit($0) }), let value = UInt64(hex, radix: 16) else { return nil }
         return (value, legacy)
     }
 
-    static let digestTextPrefix = "v2:"
+    /// What `digestText` puts before a `digest` (the snapshot writer appends it as bytes).
+    static let digestTextPrefix: StaticString = "v2:"
 
     private static func isHexDigit(_ byte: UInt8) -> Bool {
         (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(byte)

@@ -68,7 +68,7 @@ public enum JournalSnapshot {
             out.append(contentsOf: keyLinePrefix.bytes)
             JSONWriter.writeString(key, into: &out)
             out.append(contentsOf: digestKey.bytes)
-            if !legacyDigest { out.append(contentsOf: digestPrefix.bytes) }
+            if !legacyDigest { out.append(contentsOf: IdempotencyKeys.digestTextPrefix.bytes) }
             appendHex(digest, into: &out)
             out.append(contentsOf: keySeqKey.bytes)
             JournalRecord.appendDecimal(seq, into: &out)
@@ -83,8 +83,6 @@ public enum JournalSnapshot {
     private static let buildingLinePrefix: StaticString = #"{"id":"s","method":"building.addBuilding","#
     private static let paramKey: StaticString = #""param":"#
     private static let digestKey: StaticString = #","digest":""#
-    /// `IdempotencyKeys.digestText`'s prefix for a `digest` (a `legacyDigest` is bare hex).
-    private static let digestPrefix: StaticString = "v2:"
     private static let keySeqKey: StaticString = #"","seq":"#
     private static let replyKey: StaticString = #","reply":"#
 
