@@ -54,9 +54,10 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     var replicationStats: (@Sendable () -> ReplicationStats?)?
 
     /// Per-connection state kept in `Connection.context`.
+    /// Confined to the connection's loop; `@exclusivity(unchecked)` as `TurnBatch`'s arrays are.
     private final class SessionBox {
-        var session = Dispatcher.Session()
-        var scratch: [UInt8] = []
+        @exclusivity(unchecked) var session = Dispatcher.Session()
+        @exclusivity(unchecked) var scratch: [UInt8] = []
         /// Set once the connection subscribed to the change feed.
         var subscriber: Subscriber?
     }

@@ -34,7 +34,9 @@ final class DaemonContext: ServiceContext, @unchecked Sendable {
     let maxAuthFailures = 3
     private let startedAt = DispatchTime.now().uptimeNanoseconds
     private let lock = NSLock()
-    private weak var server: Server?
+    /// `unowned`, not `weak`: the server outlives every call that reads it, and a weak reference
+    /// would give it a side table (slow retains on every loop's request path).
+    private unowned var server: Server?
     private var authenticator: (@Sendable (_ name: String, _ token: String) -> RPCRole?)?
     private let log: Logger
 

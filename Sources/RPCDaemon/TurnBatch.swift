@@ -17,7 +17,9 @@ import RPCTransport
 /// anything that answers at once (a service method, a bad line) first finishes the turn's batch.
 /// Confined to its loop's queue.
 final class TurnBatch: @unchecked Sendable {
-    // @unchecked: touched only on the loop's queue.
+    // @unchecked: touched only on the loop's queue. Its arrays are `@exclusivity(unchecked)`:
+    // one queue, and no access overlaps another, so the run-time check (a thread-local access
+    // set, several per request) guards nothing.
     enum Kind {
         /// Runs in the batch; its reply is the next one `Dispatcher.run` writes.
         case call
@@ -33,15 +35,15 @@ final class TurnBatch: @unchecked Sendable {
         let kind: Kind
     }
 
-    private(set) var entries: [Entry] = []
-    var calls: [Dispatcher.Call] = []
+    @exclusivity(unchecked) private(set) var entries: [Entry] = []
+    @exclusivity(unchecked) var calls: [Dispatcher.Call] = []
     /// Replies answered when staged.
-    var staged: [UInt8] = []
+    @exclusivity(unchecked) var staged: [UInt8] = []
     /// Replies written by `Dispatcher.run`, and where each ends (reused from turn to turn).
-    var out: [UInt8] = []
-    var outcomes: [(served: Dispatcher.Served, end: Int)] = []
+    @exclusivity(unchecked) var out: [UInt8] = []
+    @exclusivity(unchecked) var outcomes: [(served: Dispatcher.Served, end: Int)] = []
     /// The connections told to expect deferred replies (`beginDeferredReplies`).
-    private var deferring: [Connection] = []
+    @exclusivity(unchecked) private var deferring: [Connection] = []
 
     /// The most requests a batch gathers before it is run (the rest of the turn starts another).
     static let maxEntries = 512

@@ -90,7 +90,10 @@ public final class Connection: @unchecked Sendable {
 
     private let fd: Int32
     private let onReset: OnReset
-    private weak var delegate: (any ConnectionDelegate)?
+    /// Strong, and let go at close (which ends the cycle with an owner that keeps its
+    /// connections). Not `weak`: a weak reference gives the delegate a side table, and every
+    /// retain and release of it (a few per line, from every loop) then takes the runtime's slow path.
+    private var delegate: (any ConnectionDelegate)?
     private var framer: LineFramer
     /// The framer's unfinished input as last reported to the loop's budget.
     private var reportedInput = 0
