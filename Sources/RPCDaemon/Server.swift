@@ -237,9 +237,8 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             if box.session.form == nil { box.session.form = request.form }
             let form = box.session.form ?? .canonical
             let mark = turn.staged.count
-            switch dispatcher.stage(request, session: &box.session, into: &turn.staged) {
-            case .call(let call):
-                turn.calls.append(call)
+            switch dispatcher.stage(request, session: &box.session, into: &turn.staged, calls: &turn.calls) {
+            case .call:
                 turn.add(.init(connection: connection, method: request.method, id: request.id, form: form, kind: .call))
                 if turn.isFull || !connection.loop.inTurn { finish(turn, stats) }
                 return

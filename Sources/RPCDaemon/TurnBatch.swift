@@ -53,7 +53,7 @@ final class TurnBatch: @unchecked Sendable {
     var isEmpty: Bool { entries.isEmpty }
     var isFull: Bool { entries.count >= Self.maxEntries }
 
-    func add(_ entry: Entry) {
+    func add(_ entry: consuming Entry) {
         // A batch holds one peer's read, so this is nearly always the last one (no hashing).
         if deferring.last !== entry.connection, !deferring.contains(where: { $0 === entry.connection }) {
             entry.connection.beginDeferredReplies()

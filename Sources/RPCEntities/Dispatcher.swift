@@ -144,8 +144,8 @@ public final class Dispatcher: @unchecked Sendable {
 
     /// What `stage` made of a request.
     public enum Stage {
-        /// Ready to run (with others, under one hold of the state lock): `run`.
-        case call(Call)
+        /// Ready to run (with others, under one hold of the state lock): appended to `calls`, for `run`.
+        case call
         /// Answered already (an unknown method, a refusal, a bad param): the reply is in `out`.
         case served(Served)
         /// A service method (`system.*`): `serve` it, after every call staged before it has run.
@@ -153,8 +153,10 @@ public final class Dispatcher: @unchecked Sendable {
     }
 
     /// Everything about `request` that needs no state: the method, the caller's right to call it,
-    /// the param, the journal record. Errors are answered into `out` at once.
-    public func stage(_ request: Request, session: inout Session, into out: inout [UInt8]) -> Stage {
+    /// the param, the journal record. Errors are answered into `out` at once; a call is appended
+    /// to `calls` (built in place there: handing it back in the `Stage` cost a copy and a destroy
+    /// of its every string, closure and array, ~30 reference-count operations a request).
+    public func stage(_ request: Request, session: inout Session, into out: inout [UInt8], calls: inout [Call]) -> Stage {
         let form = session.form ?? .canonical
         guard let entry = table.entry(for: request.method) else {
             RequestCodec.encodeError(id: request.id, methodNotFound(request.method), form: form, into: &out)
@@ -179,9 +181,10 @@ public final class Dispatcher: @unchecked Sendable {
                 key: IdempotencyKeys.Key(key), digest: body?.digest ?? IdempotencyKeys.digest(method: request.method, param: request.param),
                 now: DispatchTime.now().uptimeNanoseconds, method: request.method, param: request.param)
         }
-        return .call(Call(
+        calls.append(Call(
             id: request.id, result: entry.result, form: form, prepared: prepared, isMutation: entry.isMutation, body: body,
             keyed: keyed))
+        return .call
     }
 
     /// Runs staged calls in order under one hold of the state lock, appending each reply line to
@@ -210,21 +213,23 @@ public final class Dispatcher: @unchecked Sendable {
     ) -> Bool {
         let start = out.count
         var logged = false
-        // Calls are read in place: `for call in calls` copied each one (a retain and a release for
-        // each of its strings, closure and arrays).
+        // Calls are read in place, through a pointer: `for call in calls`, or passing `calls[index]`
+        // on, copied each one (a retain and a release for each of its strings, closure and arrays).
         calls.withUnsafeBufferPointer { calls in
+            guard let first = calls.baseAddress else { return }
             for index in calls.indices {
                 if let key = calls[index].keyed?.key { state.keys.prefetch(key) }
             }
             for index in calls.indices where out.count - start < maxBytes {
+                let call = first + index
                 var ticket: UInt64?
-                let error = RequestCodec.encode(id: calls[index].id, method: calls[index].result, form: calls[index].form, into: &out) { out in
-                    let (error, applied) = apply(calls[index], state: &state, readOnly: readOnly, into: &out)
+                let error = RequestCodec.encode(id: call.pointee.id, method: call.pointee.result, form: call.pointee.form, into: &out) { out in
+                    let (error, applied) = apply(call, state: &state, readOnly: readOnly, into: &out)
                     ticket = applied
                     return error
                 }
                 if ticket != nil { logged = true }
-                let disposition: Disposition = ticket.map { .replyAfter(ticket: $0, id: calls[index].id) } ?? .reply
+                let disposition: Disposition = ticket.map { .replyAfter(ticket: $0, id: call.pointee.id) } ?? .reply
                 outcomes.append((Served(disposition: disposition, failed: error != nil, known: true), out.count))
             }
         }
@@ -233,12 +238,13 @@ public final class Dispatcher: @unchecked Sendable {
 
     /// Handles a decoded request for `session` (its form, its role); the reply goes in its form.
     public func serve(_ request: Request, session: inout Session, into out: inout [UInt8]) -> Served {
-        switch stage(request, session: &session, into: &out) {
+        var calls: [Call] = []
+        switch stage(request, session: &session, into: &out, calls: &calls) {
         case .served(let served):
             return served
-        case .call(let call):
+        case .call:
             var outcomes: [(served: Served, end: Int)] = []
-            run([call][...], into: &out, outcomes: &outcomes)
+            run(calls[...], into: &out, outcomes: &outcomes)
             return outcomes[0].served
         case .service:
             guard let entry = table.entry(for: request.method), let service = entry.service else {
@@ -253,9 +259,9 @@ public final class Dispatcher: @unchecked Sendable {
     /// mutation's outcome is remembered (journaled with it when applied); a retry gets that
     /// outcome, once it is as durable as the first reply; the same key with another method or
     /// param is `keyReused`.
-    private func apply(_ call: Call, state: inout Entities, readOnly: String?, into out: inout [UInt8]) -> (RPCError?, UInt64?) {
-        if call.isMutation, let readOnly { return (.readOnly(readOnly), nil) }
-        if let keyed = call.keyed, let prior = state.keys.lookup(keyed.key, now: keyed.now) {
+    private func apply(_ call: UnsafePointer<Call>, state: inout Entities, readOnly: String?, into out: inout [UInt8]) -> (RPCError?, UInt64?) {
+        if call.pointee.isMutation, let readOnly { return (.readOnly(readOnly), nil) }
+        if let keyed = call.pointee.keyed, let prior = state.keys.lookup(keyed.key, now: keyed.now) {
             guard keyed.matches(prior) else {
                 return (.keyReused("key \"\(keyed.key.id.string.prefix(128))\" was first used with another method or param; use a new key for a new mutation"), nil)
             }
@@ -263,17 +269,17 @@ public final class Dispatcher: @unchecked Sendable {
             out.append(contentsOf: prior.reply)
             return (nil, prior.seq > 0 ? prior.seq : nil)
         }
-        if call.isMutation, let log, let reason = log.refusal() {
+        if call.pointee.isMutation, let log, let reason = log.refusal() {
             return (.internal("mutations are refused: \(reason)"), nil)
         }
         let start = out.count
-        if let error = call.prepared(&state, &out) {
-            if let keyed = call.keyed { state.keys.remember(keyed.key, .failure(error, digest: keyed.digest), now: keyed.now) }
+        if let error = call.pointee.prepared(&state, &out) {
+            if let keyed = call.pointee.keyed { state.keys.remember(keyed.key, .failure(error, digest: keyed.digest), now: keyed.now) }
             return (error, nil)
         }
-        guard call.isMutation else { return (nil, nil) }
-        let seq = call.body.flatMap { log?.record($0) }
-        if let keyed = call.keyed {
+        guard call.pointee.isMutation else { return (nil, nil) }
+        let seq = call.pointee.body.flatMap { log?.record($0) }
+        if let keyed = call.pointee.keyed {
             state.keys.rememberMissed(keyed.key, digest: keyed.digest, reply: out[start...], seq: seq ?? 0, now: keyed.now)
         }
         return (nil, seq)

@@ -78,8 +78,9 @@ public enum RequestCodec {
             !scan.expect(EnvelopeScanner.crcPrefix.bytes) || scan.plainString() != nil,
             scan.expect(EnvelopeScanner.closingBrace.bytes), scan.atEnd
         else { return nil }
-        if method.isCounterRequest { return .counterRequest(Request(id: id, method: method, param: param, form: .canonical)) }
-        return .request(Request(id: id, method: method, param: param, form: .canonical, key: key))
+        let counterRequest = method.isCounterRequest
+        let request = Request(id: id, method: method, param: param, form: .canonical, key: counterRequest ? nil : key)
+        return counterRequest ? .counterRequest(request) : .request(request)
     }
 
     public static func decode(_ value: JSONValue) -> DecodedLine {
