@@ -30,6 +30,8 @@ extension ConnectionDelegate {
 /// outbound buffer whose replies leave in the order they were reserved.
 public final class Connection: @unchecked Sendable {
     // @unchecked: every `var` below is touched only on `loop.queue` (checked with preconditionOnLoop).
+    // For the same reason the buffers skip the run-time exclusivity check (`@exclusivity(unchecked)`),
+    // which cost a few thread-local access-set insertions per read and flush.
 
     public enum CloseReason: Sendable, Equatable, CustomStringConvertible {
         /// The peer half-closed and every reply was sent.
@@ -94,10 +96,10 @@ public final class Connection: @unchecked Sendable {
     /// connections). Not `weak`: a weak reference gives the delegate a side table, and every
     /// retain and release of it (a few per line, from every loop) then takes the runtime's slow path.
     private var delegate: (any ConnectionDelegate)?
-    private var framer: LineFramer
+    @exclusivity(unchecked) private var framer: LineFramer
     /// The framer's unfinished input as last reported to the loop's budget.
     private var reportedInput = 0
-    private var outbound = OutboundBuffer()
+    @exclusivity(unchecked) private var outbound = OutboundBuffer()
     /// The loop's name for this fd; 0 until registered.
     private var token: UInt64 = 0
     private var interest: IOInterest = []
@@ -110,7 +112,7 @@ public final class Connection: @unchecked Sendable {
     public var exemptFromIdleTimeout = false
     private var closeReason: CloseReason?
     /// Replies that must wait for an earlier reserved one: oldest first.
-    private var held: [(slot: UInt64, bytes: [UInt8]?)] = []
+    @exclusivity(unchecked) private var held: [(slot: UInt64, bytes: [UInt8]?)] = []
     /// Owners that will send replies later in this turn (`beginDeferredReplies`).
     private var deferrals = 0
     /// Why the connection closes once its output is sent (`closeAfterFlush`).

@@ -16,7 +16,8 @@ import Darwin
 /// Connections are spread over a few loops (one per core) instead of one queue each: a read
 /// buffer per loop, not per connection, keeps idle connections small.
 public final class EventLoop: @unchecked Sendable {
-    // @unchecked: every `var` is touched only on `queue`, which is serial (preconditionOnLoop).
+    // @unchecked: every `var` is touched only on `queue`, which is serial (preconditionOnLoop);
+    // `registered` skips the run-time exclusivity check for the same reason.
     public let queue: DispatchQueue
     /// Its place in its group (0 for a loop on its own).
     public let index: Int
@@ -24,7 +25,7 @@ public final class EventLoop: @unchecked Sendable {
     private let selector: Selector
     private var source: (any DispatchSourceRead)?
     private let events: UnsafeMutableBufferPointer<Selector.Event>
-    private var registered: [UInt64: Connection] = [:]
+    @exclusivity(unchecked) private var registered: [UInt64: Connection] = [:]
     private var nextToken: UInt64 = 1
     /// Uptime in nanoseconds at the start of the current turn (one clock read per turn).
     public private(set) var now: UInt64
