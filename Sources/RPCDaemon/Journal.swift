@@ -140,6 +140,7 @@ final class Journal: MutationLog, @unchecked Sendable {
     private func drain() {
         dispatchPrecondition(condition: .onQueue(queue))
         var wrote = false
+        var released: (records: UInt64, syncNanoseconds: UInt64) = (0, 0)
         while true {
             // Group commit: after an fsync, the mutations that arrived during it make the next
             // batch. With a delay set, the writer first waits for more to join them, when some
@@ -148,8 +149,12 @@ final class Journal: MutationLog, @unchecked Sendable {
             // A mutation that finds the writer idle is never delayed.
             if wrote, groupCommitDelayMicroseconds > 0, lock.withLock({ commit.hasPending }) {
                 usleep(groupCommitDelayMicroseconds)
+            } else if wrote, policy == .always, groupCommitDelayMicroseconds == 0 {
+                awaitReturning(released.records, for: released.syncNanoseconds)
             }
             guard let batch = lock.withLock({ commit.takeBatch() }) else { break }
+            let firstSeq = lock.withLock { commit.ackedSeq } &+ 1
+            let started = DispatchTime.now().uptimeNanoseconds
             wrote = true
             var failure: String?
             do {
@@ -158,6 +163,7 @@ final class Journal: MutationLog, @unchecked Sendable {
                 failure = "\(error)"
                 log.error("journal write failed: \(error); mutations are refused from now on, reads still work")
             }
+            released = (batch.lastSeq &- firstSeq &+ 1, DispatchTime.now().uptimeNanoseconds &- started)
             let bytes = journalBytes
             let (ready, result) = lock.withLock {
                 published.bytes = bytes
@@ -170,6 +176,22 @@ final class Journal: MutationLog, @unchecked Sendable {
             if failure == nil { maybeCompact() }
         }
     }
+
+    /// After a batch of `records` whose write and fsync took `nanoseconds`, waits (at most that
+    /// long again, and at most `maxReturnWait`) until as many records are pending as it released:
+    /// the peers whose replies it released answer within a round trip, and a batch that goes
+    /// before they do holds the first of them and leaves the rest for the fsync after
+    /// (batches alternate small and large). One peer, or a batch of one, is never waited for.
+    private func awaitReturning(_ records: UInt64, for nanoseconds: UInt64) {
+        guard records > 1 else { return }
+        let deadline = DispatchTime.now().uptimeNanoseconds &+ min(nanoseconds, Self.maxReturnWait)
+        while lock.withLock({ commit.lastSeq &- commit.ackedSeq }) < records, DispatchTime.now().uptimeNanoseconds < deadline {
+            usleep(Self.returnPollMicroseconds)
+        }
+    }
+
+    static let maxReturnWait: UInt64 = 1_000_000
+    static let returnPollMicroseconds: UInt32 = 20
 
     private func write(_ batch: GroupCommit.Batch) throws(Errno) {
         if let rotation = batch.rotation {
