@@ -9,7 +9,7 @@ import Glibc
 /// The transport alone, over a socketpair: no daemon, no entities.
 @Suite struct ConnectionTests {
     /// Records what the connection reports; echoes each line back upper-cased.
-    final class Echo: ConnectionDelegate, @unchecked Sendable {
+    class Echo: ConnectionDelegate, @unchecked Sendable {
         // @unchecked: touched on the connection's queue, read after `closed` is signalled.
         var lines: [String] = []
         var oversize: [Int] = []
@@ -105,6 +105,39 @@ import Glibc
         shutdown(peer, Int32(SHUT_WR))
         #expect(readAll(peer) == "first\nsecond\n")
         #expect(echo.closed.wait(timeout: .now() + 5) == .success)
+    }
+
+    /// An owner that keeps its connection, as a client keeps its until it reconnects.
+    final class Keeper: Echo, @unchecked Sendable {
+        var connection: Connection?
+    }
+
+    /// The connection holds its delegate strongly (a weak reference would give the delegate a side
+    /// table and slow every retain of it), so it must let go at close, or an owner that keeps its
+    /// connection and the connection keep each other forever: the delegate serves while only the
+    /// connection holds it, and is freed once the connection closes.
+    @Test func delegateIsHeldUntilCloseThenReleased() throws {
+        let (server, peer) = try pair()
+        defer { close(peer) }
+        let loop = try EventLoop(label: "test")
+        weak var released: Keeper?
+        let closed: DispatchSemaphore
+        do {
+            let keeper = Keeper()
+            released = keeper
+            closed = keeper.closed
+            keeper.connection = Connection(fd: server, id: 5, peer: nil, loop: loop, limits: .init(), delegate: keeper)
+            keeper.connection?.start()
+        }
+        write(peer, "still here\n")
+        var reply = [UInt8](repeating: 0, count: 64)
+        let n = reply.withUnsafeMutableBytes { read(peer, $0.baseAddress, $0.count) }
+        #expect(n > 0 && String(decoding: reply[0..<max(n, 0)], as: UTF8.self) == "STILL HERE\n")
+        #expect(released != nil)
+        shutdown(peer, Int32(SHUT_WR))
+        #expect(closed.wait(timeout: .now() + 5) == .success)
+        loop.queue.sync {}  // `close` lets go of the delegate right after telling it
+        #expect(released == nil)
     }
 
     @Test func peerThatDoesNotReadIsDroppedPastTheOutputCap() throws {
