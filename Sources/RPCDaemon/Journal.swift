@@ -152,8 +152,11 @@ final class Journal: MutationLog, @unchecked Sendable {
             } else if wrote, policy == .always, groupCommitDelayMicroseconds == 0 {
                 awaitReturning(released.records, for: released.syncNanoseconds)
             }
-            guard let batch = lock.withLock({ commit.takeBatch() }) else { break }
-            let firstSeq = lock.withLock { commit.ackedSeq } &+ 1
+            // The batch, and how many records it holds (all those after the last durable one).
+            guard let (batch, records) = lock.withLock({ () -> (GroupCommit.Batch, UInt64)? in
+                let durable = commit.ackedSeq
+                return commit.takeBatch().map { ($0, $0.lastSeq &- durable) }
+            }) else { break }
             let started = DispatchTime.now().uptimeNanoseconds
             wrote = true
             var failure: String?
@@ -163,7 +166,7 @@ final class Journal: MutationLog, @unchecked Sendable {
                 failure = "\(error)"
                 log.error("journal write failed: \(error); mutations are refused from now on, reads still work")
             }
-            released = (batch.lastSeq &- firstSeq &+ 1, DispatchTime.now().uptimeNanoseconds &- started)
+            released = (records, DispatchTime.now().uptimeNanoseconds &- started)
             let bytes = journalBytes
             let (ready, result) = lock.withLock {
                 published.bytes = bytes
@@ -190,8 +193,8 @@ final class Journal: MutationLog, @unchecked Sendable {
         }
     }
 
-    static let maxReturnWait: UInt64 = 1_000_000
-    static let returnPollMicroseconds: UInt32 = 20
+    private static let maxReturnWait: UInt64 = 1_000_000
+    private static let returnPollMicroseconds: UInt32 = 20
 
     private func write(_ batch: GroupCommit.Batch) throws(Errno) {
         if let rotation = batch.rotation {
