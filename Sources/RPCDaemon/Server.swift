@@ -231,13 +231,15 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         let disposition: Dispatcher.Disposition
         var requestID = ""
         let turn = turns[connection.loop.index]
-        switch RequestCodec.decode(line) {
+        var methodAndParam: Range<Int>?
+        switch RequestCodec.decode(line, methodAndParam: &methodAndParam) {
         case .request(let request):
             requestID = request.id
             if box.session.form == nil { box.session.form = request.form }
             let form = box.session.form ?? .canonical
             let mark = turn.staged.count
-            switch dispatcher.stage(request, session: &box.session, into: &turn.staged, calls: &turn.calls) {
+            let written = methodAndParam.map { UnsafeRawBufferPointer(rebasing: line[$0]) }
+            switch dispatcher.stage(request, methodAndParam: written, session: &box.session, into: &turn.staged, calls: &turn.calls) {
             case .call:
                 turn.add(.init(connection: connection, method: request.method, id: request.id, form: form, kind: .call))
                 if turn.isFull || !connection.loop.inTurn { finish(turn, stats) }

@@ -81,10 +81,12 @@ public final class Dispatcher: @unchecked Sendable {
 
     /// Handles one line (without its terminator) and appends the reply, if any, to `out`.
     public func handle(line: UnsafeRawBufferPointer, session: inout Session, into out: inout [UInt8]) -> Disposition {
-        switch RequestCodec.decode(line) {
+        var methodAndParam: Range<Int>?
+        switch RequestCodec.decode(line, methodAndParam: &methodAndParam) {
         case .request(let request):
             if session.form == nil { session.form = request.form }
-            return serve(request, session: &session, into: &out).disposition
+            let written = methodAndParam.map { UnsafeRawBufferPointer(rebasing: line[$0]) }
+            return serve(request, methodAndParam: written, session: &session, into: &out).disposition
         case .counterRequest(let request):
             if session.form == nil { session.form = request.form }
             onCounterRequest(request)
@@ -156,7 +158,13 @@ public final class Dispatcher: @unchecked Sendable {
     /// the param, the journal record. Errors are answered into `out` at once; a call is appended
     /// to `calls` (built in place there: handing it back in the `Stage` cost a copy and a destroy
     /// of its every string, closure and array, ~30 reference-count operations a request).
-    public func stage(_ request: Request, session: inout Session, into out: inout [UInt8], calls: inout [Call]) -> Stage {
+    ///
+    /// `methodAndParam`: the request line's `,"method":"…","param":…`, when `RequestCodec.decode(_:methodAndParam:)`
+    /// found them to be exactly what a writer writes (the journal record copies them).
+    public func stage(
+        _ request: Request, methodAndParam: UnsafeRawBufferPointer? = nil, session: inout Session, into out: inout [UInt8],
+        calls: inout [Call]
+    ) -> Stage {
         let form = session.form ?? .canonical
         guard let entry = table.entry(for: request.method) else {
             RequestCodec.encodeError(id: request.id, methodNotFound(request.method), form: form, into: &out)
@@ -174,7 +182,7 @@ public final class Dispatcher: @unchecked Sendable {
             RequestCodec.encodeError(id: request.id, error, form: form, into: &out)
             return .served(Served(disposition: .reply, failed: true, known: true))
         }
-        let body = entry.isMutation && log != nil ? JournalRecord.Body(request) : nil
+        let body = entry.isMutation && log != nil ? JournalRecord.Body(request, methodAndParam: methodAndParam) : nil
         var keyed: Keyed?
         if entry.isMutation, let key = request.key {
             keyed = Keyed(
@@ -238,8 +246,12 @@ public final class Dispatcher: @unchecked Sendable {
 
     /// Handles a decoded request for `session` (its form, its role); the reply goes in its form.
     public func serve(_ request: Request, session: inout Session, into out: inout [UInt8]) -> Served {
+        serve(request, methodAndParam: nil, session: &session, into: &out)
+    }
+
+    private func serve(_ request: Request, methodAndParam: UnsafeRawBufferPointer?, session: inout Session, into out: inout [UInt8]) -> Served {
         var calls: [Call] = []
-        switch stage(request, session: &session, into: &out, calls: &calls) {
+        switch stage(request, methodAndParam: methodAndParam, session: &session, into: &out, calls: &calls) {
         case .served(let served):
             return served
         case .call:

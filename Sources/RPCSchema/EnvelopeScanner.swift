@@ -60,9 +60,14 @@ package struct EnvelopeScanner {
         guard position < end,
             let parsed = try? JSONParser.parseValue(in: UnsafeRawBufferPointer(rebasing: bytes[..<end]), at: position, maxDepth: maxDepth)
         else { return nil }
+        written = parsed.written ? position..<parsed.end : nil
         position = parsed.end
         return parsed.value
     }
+
+    /// Where the last value read lies, when its bytes are exactly what `JSONWriter` writes for it
+    /// (no whitespace, no escape, no repeated key); nil otherwise.
+    package private(set) var written: Range<Int>?
 
     /// A JSON whole number (no sign, no leading zero) that fits in 64 bits.
     package mutating func wholeNumber() -> UInt64? {
@@ -81,10 +86,14 @@ package struct EnvelopeScanner {
 
     /// The start every writer gives a request and a journal record: `{"id":"…","method":"…",
     /// "param":…` and an optional `,"key":"…"`. A `null` param is no param, as in the full decode.
-    package mutating func requestHead() -> (id: String, method: String, param: JSONValue?, key: String?)? {
-        guard expect(Self.idPrefix.bytes), let id = plainString(), expect(Self.methodPrefix.bytes), let method = plainString(),
-            expect(Self.paramPrefix.bytes), let value = value(maxDepth: 63)
+    /// `methodAndParam`: where `,"method":"…","param":…` lies, when the param's bytes are what
+    /// `JSONWriter` writes for it (and so the whole is what a writer writes for method and param).
+    package mutating func requestHead() -> (id: String, method: String, param: JSONValue?, key: String?, methodAndParam: Range<Int>?)? {
+        guard expect(Self.idPrefix.bytes), let id = plainString() else { return nil }
+        let methodStart = position
+        guard expect(Self.methodPrefix.bytes), let method = plainString(), expect(Self.paramPrefix.bytes), let value = value(maxDepth: 63)
         else { return nil }
+        let methodAndParam = written.map { methodStart..<$0.upperBound }
         var key: String?
         if expect(Self.keyPrefix.bytes) {
             // As a request and a record accept it: 1 to `Request.maxKeyBytes` bytes.
@@ -92,7 +101,7 @@ package struct EnvelopeScanner {
             key = text
         }
         // Not `value.isNull ? nil : value`: JSONValue is ExpressibleByNilLiteral, so that `nil` is `.null`.
-        return (id, method, value.isNull ? .none : value, key)
+        return (id, method, value.isNull ? .none : value, key, value.isNull ? nil : methodAndParam)
     }
 
     private static let idPrefix: StaticString = #"{"id":""#

@@ -31,9 +31,13 @@ public enum JSONParser {
     /// Parses the one JSON value that starts at `offset` (no whitespace before it) and returns it
     /// with the offset just past it; the bytes after it are not looked at. For a caller that scans
     /// a fixed envelope around a value itself (`EnvelopeScanner`).
+    ///
+    /// `written` is true when the value's bytes are exactly what `JSONWriter.write` gives for it:
+    /// no whitespace, no escape in any string, no repeated key. A caller can then copy the bytes
+    /// instead of writing the value again.
     package static func parseValue(
         in bytes: UnsafeRawBufferPointer, at offset: Int, maxDepth: Int = 64
-    ) throws(JSONParseError) -> (value: JSONValue, end: Int) {
+    ) throws(JSONParseError) -> (value: JSONValue, end: Int, written: Bool) {
         guard let base = bytes.baseAddress, offset >= 0, offset < bytes.count else {
             throw JSONParseError(offset: offset, reason: "unexpected end of input")
         }
@@ -41,7 +45,7 @@ public enum JSONParser {
             ptr: base.assumingMemoryBound(to: UInt8.self), end: bytes.count, maxDepth: maxDepth)
         p.pos = offset
         let value = try p.parseValue()
-        return (value, p.pos)
+        return (value, p.pos, p.written)
     }
 
     /// Parses exactly one JSON value from UTF-8 bytes (Array, ArraySlice, String.UTF8View, ...).
@@ -94,6 +98,9 @@ struct _JSONParserState {
     var depth = 0
     /// Reused buffer for strings that contain escapes.
     var scratch: [UInt8] = []
+    /// No whitespace skipped, no escape read, no key repeated so far: the bytes read are what
+    /// `JSONWriter` writes for the values read (numbers keep their text, strings their UTF-8).
+    var written = true
 
     init(ptr: UnsafePointer<UInt8>, end: Int, maxDepth: Int) {
         self.ptr = ptr
@@ -147,6 +154,7 @@ struct _JSONParserState {
             let b = ptr[pos]
             if b == Byte.space || b == Byte.lf || b == Byte.cr || b == Byte.tab {
                 pos += 1
+                written = false
             } else {
                 return
             }
@@ -251,7 +259,7 @@ struct _JSONParserState {
             pos += 1
             skipWhitespace()
             let value = try parseValue()
-            Self.insert(key, value, into: &object.pairs, index: &index)
+            if !Self.insert(key, value, into: &object.pairs, index: &index) { written = false }
             skipWhitespace()
             guard pos < end else { throw eof() }
             let b = ptr[pos]
@@ -271,23 +279,25 @@ struct _JSONParserState {
     }
 
     /// Inserts a pair; a repeated key keeps its first position and takes the new (last) value.
+    /// False for a repeated key.
     @inline(__always)
     static func insert(
         _ key: String, _ value: JSONValue, into pairs: inout [(key: String, value: JSONValue)],
         index: inout [ExactID: Int]?
-    ) {
+    ) -> Bool {
         if let existing = index {
             if let i = existing[ExactID(key)] {
                 pairs[i].value = value
+                return false
             } else {
                 index?[ExactID(key)] = pairs.count
                 pairs.append((key: key, value: value))
             }
-            return
+            return true
         }
         for i in pairs.indices where ExactUTF8.equal(pairs[i].key, key) {
             pairs[i].value = value
-            return
+            return false
         }
         pairs.append((key: key, value: value))
         if pairs.count >= 16 {
@@ -296,6 +306,7 @@ struct _JSONParserState {
             for (i, p) in pairs.enumerated() { built[ExactID(p.key)] = i }
             index = built
         }
+        return true
     }
 
     // MARK: Numbers
@@ -406,6 +417,7 @@ struct _JSONParserState {
 
     /// Continues a string that has an escape at `i`; bytes `start..<i` are plain and already valid.
     mutating func parseEscapedString(start: Int, at escapeAt: Int) throws(JSONParseError) -> String {
+        written = false
         scratch.removeAll(keepingCapacity: true)
         scratch.append(contentsOf: UnsafeBufferPointer(start: ptr + start, count: escapeAt - start))
         var i = escapeAt

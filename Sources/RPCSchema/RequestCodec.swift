@@ -55,7 +55,24 @@ public enum RequestCodec {
     /// `envelopeExtensionKeys` is invalid (`"params"` is a JSON-RPC habit, not a field of ours);
     /// counter-requests are never answered, so theirs are not checked.
     public static func decode(_ line: UnsafeRawBufferPointer) -> DecodedLine {
-        if let decoded = decodeWritten(line) { return decoded }
+        if let (decoded, _) = decodeWritten(line) { return decoded }
+        return decodeInFull(line)
+    }
+
+    /// `decode`, and where in `line` its `,"method":"…","param":…` lies when those bytes are
+    /// exactly what a writer writes for the request's method and param (so a journal can copy
+    /// them instead of writing the param again); nil for a request without a param, and for any
+    /// line or param of another shape (whitespace, an escape, a repeated key).
+    package static func decode(_ line: UnsafeRawBufferPointer, methodAndParam: inout Range<Int>?) -> DecodedLine {
+        if let (decoded, range) = decodeWritten(line) {
+            methodAndParam = range
+            return decoded
+        }
+        methodAndParam = nil
+        return decodeInFull(line)
+    }
+
+    private static func decodeInFull(_ line: UnsafeRawBufferPointer) -> DecodedLine {
         let value: JSONValue
         do {
             value = try JSONParser.parse(line)
@@ -71,16 +88,17 @@ public enum RequestCodec {
     /// plain ASCII), read without building the envelope as a JSON object; nil for any other line,
     /// which the full decode then reads. It accepts nothing the full decode would refuse and reads
     /// it the same way (tests hold the two equal): seq and crc are ignored by both.
-    static func decodeWritten(_ line: UnsafeRawBufferPointer) -> DecodedLine? {
+    /// With it, where method and param lie when they are what a writer writes for them.
+    static func decodeWritten(_ line: UnsafeRawBufferPointer) -> (DecodedLine, methodAndParam: Range<Int>?)? {
         var scan = EnvelopeScanner(line)
-        guard let (id, text, param, key) = scan.requestHead(), let method = RPCMethod(parsing: text),
+        guard let (id, text, param, key, methodAndParam) = scan.requestHead(), let method = RPCMethod(parsing: text),
             !scan.expect(EnvelopeScanner.seqPrefix.bytes) || scan.wholeNumber() != nil,
             !scan.expect(EnvelopeScanner.crcPrefix.bytes) || scan.plainString() != nil,
             scan.expect(EnvelopeScanner.closingBrace.bytes), scan.atEnd
         else { return nil }
         let counterRequest = method.isCounterRequest
         let request = Request(id: id, method: method, param: param, form: .canonical, key: counterRequest ? nil : key)
-        return counterRequest ? .counterRequest(request) : .request(request)
+        return (counterRequest ? .counterRequest(request) : .request(request), methodAndParam)
     }
 
     public static func decode(_ value: JSONValue) -> DecodedLine {

@@ -65,6 +65,41 @@ struct JournalTests {
         unsealed.dropLast().withUnsafeBytes { #expect(JournalRecord.Body(line: $0, seq: 42) == nil, "not a journal line") }
     }
 
+    @Test("a request line's method and param are copied into its record only when they are what the writer writes", arguments: [
+        // (the request line, whether its method and param are copied)
+        (#"{"id":"1","method":"user.createUser","param":{"id":"u1","name":"Ada Lovelace","email":"a@x"}}"#, true),
+        (#"{"id":"1","method":"user.createUser","param":{"id":"u1","name":"Ada","email":"a@x"},"key":"k-1"}"#, true),
+        (#"{"id":"1","method":"user.createUser","param":{"id":"é","n":[1,-2.50,3e7,true,null,{}],"o":{"p":[]}}}"#, true),
+        (#"{"id":"1","method":"user.createUser","param":{"id":"u1"},"seq":7}"#, true),
+        (#"{"id":"1","method":"user.createUser","param":"x"}"#, true),
+        (#"{"id":"1","method":"user.createUser","param":{"id": "u1"}}"#, false),
+        (#"{"id":"1","method":"user.createUser","param":{"id":"u1" }}"#, false),
+        (#"{"id":"1","method":"user.createUser","param":[1, 2]}"#, false),
+        (#"{"id":"1","method":"user.createUser","param":{"id":"u\"1"}}"#, false),
+        (#"{"id":"1","method":"user.createUser","param":{"id":"\u0041"}}"#, false),
+        (#"{"id":"1","method":"user.createUser","param":{"id":"\/"}}"#, false),
+        (#"{"id":"1","method":"user.createUser","param":{"id":"a","id":"b"}}"#, false),
+        (#"{"id":"1","method":"user.createUser","param":{"o":{"a":1,"b":2,"a":3}}}"#, false),
+        (#"{"id":"1","method":"user.createUser","param":null}"#, false),
+        (#"{"id":"1","method":{"user":{"_0":"createUser"}},"param":{"user":{"createUser":{"id":"u1"}}}}"#, false),
+        (#"{"method":"user.createUser","id":"1","param":{"id":"u1"}}"#, false),
+    ])
+    func copiedMethodAndParam(_ text: String, copied: Bool) {
+        Array(text.utf8).withUnsafeBytes { line in
+            var range: Range<Int>?
+            guard case .request(let request) = RequestCodec.decode(line, methodAndParam: &range) else {
+                Issue.record("not a request: \(text)")
+                return
+            }
+            #expect((range != nil) == copied, "\(text)")
+            guard let range else { return }
+            // What the record holds either way: the copy must be exactly what the writer writes.
+            let copy = JournalRecord.Body(request, methodAndParam: UnsafeRawBufferPointer(rebasing: line[range]))
+            #expect(copy.bytes == JournalRecord.Body(request).bytes, "\(text)")
+            #expect(copy.digest == JournalRecord.Body(request).digest, "\(text)")
+        }
+    }
+
     @Test("a sealed line in the writer's shape is read without parsing its envelope, and exactly as the full parse reads it", arguments: [
         // (the line before its seal, whether the writer's shape is recognised)
         (#"{"id":"r42","method":"user.createUser","param":{"id":"u1","name":"Ada","email":"a@x"},"seq":42"#, true),
