@@ -46,7 +46,8 @@ package struct EnvelopeScanner {
             let byte = base[i]
             if byte == UInt8(ascii: "\"") {
                 position = i + 1
-                return String(decoding: UnsafeBufferPointer(start: base + start, count: i - start), as: UTF8.self)
+                // Printable ASCII, checked above: taken without a second check.
+                return _JSONParserState.validatedString(UnsafeBufferPointer(start: base + start, count: i - start), ascii: true)
             }
             guard byte >= 0x20, byte < 0x7F, byte != UInt8(ascii: "\\") else { return nil }
             i += 1

@@ -18,9 +18,12 @@ public struct RPCMethod: Hashable, Sendable, CustomStringConvertible, Codable {
             guard let dot = bytes.firstIndex(of: UInt8(ascii: ".")), dot > 0, dot + 1 < bytes.count,
                 !bytes[(dot + 1)...].contains(UInt8(ascii: "."))
             else { return nil }
+            // A String's bytes are valid UTF-8, so both halves are: taken without a second check
+            // (told whether they are ASCII, which lets comparing and hashing them skip normalizing).
+            let ascii = !bytes.contains { $0 >= 0x80 }
             return (
-                String(decoding: UnsafeBufferPointer(rebasing: bytes[..<dot]), as: UTF8.self),
-                String(decoding: UnsafeBufferPointer(rebasing: bytes[(dot + 1)...]), as: UTF8.self))
+                _JSONParserState.validatedString(UnsafeBufferPointer(rebasing: bytes[..<dot]), ascii: ascii),
+                _JSONParserState.validatedString(UnsafeBufferPointer(rebasing: bytes[(dot + 1)...]), ascii: ascii))
         }
         guard let (entity, name) = parts else { return nil }
         self.init(entity, name)

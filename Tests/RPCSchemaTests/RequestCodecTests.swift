@@ -267,4 +267,17 @@ private func fullDecode(_ text: String) -> DecodedLine {
         #expect(Array(method.name.utf8) == Array("\u{0301}getUser".utf8))
         #expect(Array(method.description.utf8) == Array("user.\u{0301}getUser".utf8))
     }
+
+    @Test("parsed halves, taken without a second UTF-8 check, equal and hash as the same text built any other way")
+    func parsedHalvesCompareAsText() throws {
+        for (text, entity, name) in [("user.getUser", "user", "getUser"), ("caf\u{E9}.n\u{E9}", "caf\u{E9}", "n\u{E9}"),
+                                     ("abcdefghijklmnopqrstuvwxyz.\u{1F600}longer-than-fifteen", "abcdefghijklmnopqrstuvwxyz", "\u{1F600}longer-than-fifteen")] {
+            let parsed = try #require(RPCMethod(parsing: text))
+            #expect(parsed == RPCMethod(entity, name), "\(text)")
+            #expect(parsed.hashValue == RPCMethod(entity, name).hashValue, "\(text)")
+            #expect(Set([parsed, RPCMethod(entity, name)]).count == 1, "\(text)")
+            // Canonically equivalent text (e + combining acute) is the same String, as before.
+            #expect(parsed.entity.count == entity.count, "\(text)")
+        }
+    }
 }
