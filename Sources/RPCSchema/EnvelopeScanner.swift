@@ -18,6 +18,7 @@ package struct EnvelopeScanner {
     package var atEnd: Bool { position == end }
 
     /// Consumes `literal` if the bytes at the position are exactly it.
+    @inline(__always)  // a few bytes, several times a line: a call cost as much as the compare
     package mutating func expect(_ literal: UnsafeBufferPointer<UInt8>) -> Bool {
         guard end - position >= literal.count else { return false }
         for k in literal.indices where bytes[position + k] != literal[k] { return false }
