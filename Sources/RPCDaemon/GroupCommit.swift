@@ -67,6 +67,16 @@ struct GroupCommit {
         return nil
     }
 
+    /// `refusal()` for `count` more records at once (a turn's mutations, asked once): also refused
+    /// when fewer than `count` sequence numbers are left, and the caller then asks before each.
+    /// A turn taken near `maxBehindBytes` may pass it by that turn's records: still bounded.
+    func refusal(records count: Int) -> String? {
+        if let reason = refusal() { return reason }
+        // `refusal()` said lastSeq < .max, so the subtraction cannot underflow.
+        if UInt64(clamping: count) > .max - lastSeq { return "fewer than \(count) sequence numbers are left" }
+        return nil
+    }
+
     /// Appends `body` as the next record, with the id `"r<seq>"` (a change feed sends the line
     /// as it is). Returns its sequence number (the ticket) and whether the caller must start the
     /// writer. Only after `refusal()` said nil (it refuses at UInt64.max).

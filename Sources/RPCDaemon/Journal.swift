@@ -25,7 +25,7 @@ final class Journal: MutationLog, @unchecked Sendable {
     /// Microseconds the writer waits, between two batches, for more mutations (`fsync always`).
     private let groupCommitDelayMicroseconds: UInt32
     private let log: Logger
-    private let lock = NSLock()
+    private let lock = SpinningLock()
     private var commit: GroupCommit
     /// A record found the writer idle; `recorded()` starts it. Guarded by `lock`.
     private var writerStartPending = false
@@ -91,6 +91,8 @@ final class Journal: MutationLog, @unchecked Sendable {
     // MARK: - MutationLog (called with the dispatcher's lock held, except whenDurable)
 
     func refusal() -> String? { lock.withLock { commit.refusal() } }
+
+    func refusal(records count: Int) -> String? { lock.withLock { commit.refusal(records: count) } }
 
     func record(_ body: JournalRecord.Body) -> UInt64? {
         lock.withLock { pendingWriterStart(commit.append(body)) }

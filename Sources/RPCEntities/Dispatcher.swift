@@ -7,6 +7,10 @@ import RPCSchema
 public protocol MutationLog: AnyObject, Sendable {
     /// Refuses mutations (with the returned reason) while the log cannot take them, e.g. after a failed write.
     func refusal() -> String?
+    /// Nil when the log takes `count` more mutations, whatever their size: a turn asks once for
+    /// all its mutations (the log's lock is one the journal writer also takes), and when it is
+    /// refused, asks `refusal()` before each one, as a lone mutation does.
+    func refusal(records count: Int) -> String?
     /// Records one applied mutation (its record's bytes, encoded before the lock was taken);
     /// returns the ticket its reply must wait for (nil: durable now).
     func record(_ body: JournalRecord.Body) -> UInt64?
@@ -22,6 +26,8 @@ public protocol MutationLog: AnyObject, Sendable {
 }
 
 extension MutationLog {
+    /// A log whose refusal does not depend on how many mutations come.
+    public func refusal(records count: Int) -> String? { refusal() }
     /// A log that numbers records itself ignores the leader's number.
     public func record(_ body: JournalRecord.Body, at seq: UInt64) -> UInt64? { record(body) }
     /// A log with nothing to start after recording.
@@ -221,6 +227,8 @@ public final class Dispatcher: @unchecked Sendable {
     ) -> Bool {
         let start = out.count
         var logged = false
+        // Whether the log took every mutation of the turn at the first one's turn to ask.
+        var logTakes: Bool?
         // Calls are read in place, through a pointer: `for call in calls`, or passing `calls[index]`
         // on, copied each one (a retain and a release for each of its strings, closure and arrays).
         calls.withUnsafeBufferPointer { calls in
@@ -231,8 +239,11 @@ public final class Dispatcher: @unchecked Sendable {
             for index in calls.indices where out.count - start < maxBytes {
                 let call = first + index
                 var ticket: UInt64?
+                if logTakes == nil, call.pointee.isMutation, let log {
+                    logTakes = log.refusal(records: calls.count - index) == nil
+                }
                 let error = RequestCodec.encode(id: call.pointee.id, method: call.pointee.result, form: call.pointee.form, into: &out) { out in
-                    let (error, applied) = apply(call, state: &state, readOnly: readOnly, into: &out)
+                    let (error, applied) = apply(call, state: &state, readOnly: readOnly, logTakes: logTakes == true, into: &out)
                     ticket = applied
                     return error
                 }
@@ -271,7 +282,10 @@ public final class Dispatcher: @unchecked Sendable {
     /// mutation's outcome is remembered (journaled with it when applied); a retry gets that
     /// outcome, once it is as durable as the first reply; the same key with another method or
     /// param is `keyReused`.
-    private func apply(_ call: UnsafePointer<Call>, state: inout Entities, readOnly: String?, into out: inout [UInt8]) -> (RPCError?, UInt64?) {
+    /// `logTakes`: the log said it takes this mutation (with the rest of its turn) already.
+    private func apply(
+        _ call: UnsafePointer<Call>, state: inout Entities, readOnly: String?, logTakes: Bool, into out: inout [UInt8]
+    ) -> (RPCError?, UInt64?) {
         if call.pointee.isMutation, let readOnly { return (.readOnly(readOnly), nil) }
         if let keyed = call.pointee.keyed, let prior = state.keys.lookup(keyed.key, now: keyed.now) {
             guard keyed.matches(prior) else {
@@ -281,7 +295,7 @@ public final class Dispatcher: @unchecked Sendable {
             out.append(contentsOf: prior.reply)
             return (nil, prior.seq > 0 ? prior.seq : nil)
         }
-        if call.pointee.isMutation, let log, let reason = log.refusal() {
+        if call.pointee.isMutation, !logTakes, let log, let reason = log.refusal() {
             return (.internal("mutations are refused: \(reason)"), nil)
         }
         let start = out.count

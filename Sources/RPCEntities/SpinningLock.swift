@@ -8,11 +8,11 @@ import Glibc
 /// (`NSLock`) sleeps on the first miss: under a create load on two cores that was ~0.5 futex
 /// waits and context switches per request and about 40% of the daemon's CPU in the scheduler.
 /// Spinning first turns most misses into a wait of a few hundred nanoseconds.
-final class SpinningLock: @unchecked Sendable {
+package final class SpinningLock: @unchecked Sendable {
     // @unchecked: the mutex is the synchronisation.
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
 
-    init() {
+    package init() {
         mutex = .allocate(capacity: 1)
         var attributes = pthread_mutexattr_t()
         pthread_mutexattr_init(&attributes)
@@ -26,11 +26,11 @@ final class SpinningLock: @unchecked Sendable {
         mutex.deallocate()
     }
 
-    @inline(__always) func lock() { pthread_mutex_lock(mutex) }
-    @inline(__always) func unlock() { pthread_mutex_unlock(mutex) }
+    @inline(__always) package func lock() { pthread_mutex_lock(mutex) }
+    @inline(__always) package func unlock() { pthread_mutex_unlock(mutex) }
 
     @inline(__always)
-    func withLock<T>(_ body: () throws -> T) rethrows -> T {
+    package func withLock<T>(_ body: () throws -> T) rethrows -> T {
         lock()
         defer { unlock() }
         return try body()
@@ -40,5 +40,5 @@ final class SpinningLock: @unchecked Sendable {
 import Foundation
 
 /// Elsewhere, a plain lock.
-typealias SpinningLock = NSLock
+package typealias SpinningLock = NSLock
 #endif

@@ -94,3 +94,83 @@ private final class Harness {
         #expect(h.send(#"{"id":"1","method":"error.error","param":{"errorMessage":"x","code":"internal"}}"#) == nil)
     }
 }
+
+/// A log with `left` sequence numbers left, counting how often it is asked.
+private final class CountingLog: MutationLog, @unchecked Sendable {
+    // @unchecked: used from one test's thread.
+    var left: Int
+    var asked = 0
+    var askedForTurn = 0
+    var recorded: [UInt64] = []
+    init(left: Int) { self.left = left }
+
+    func refusal() -> String? {
+        asked += 1
+        return left > 0 ? nil : "used up"
+    }
+    func refusal(records count: Int) -> String? {
+        askedForTurn += 1
+        return left >= count ? nil : "fewer than \(count) left"
+    }
+    func record(_ body: JournalRecord.Body) -> UInt64? {
+        left -= 1
+        recorded.append(UInt64(recorded.count + 1))
+        return UInt64(recorded.count)
+    }
+    func whenDurable(_ ticket: UInt64, _ done: @escaping @Sendable (String?) -> Void) { done(nil) }
+}
+
+@Suite struct DispatcherTurnTests {
+    /// Stages creates u0..u(n-1) (and a get between them) and runs them as one turn.
+    private func runTurn(_ log: CountingLog, creates: Int) -> [Dispatcher.Served] {
+        let dispatcher = Dispatcher(log: log)
+        var session = Dispatcher.Session()
+        var calls: [Dispatcher.Call] = []
+        var staged: [UInt8] = []
+        for i in 0..<creates {
+            let line = #"{"id":"\#(i)","method":"user.createUser","param":{"id":"u\#(i)","name":"N","email":"n@x"}}"#
+            let request: Request
+            guard case .request(let decoded) = Array(line.utf8).withUnsafeBytes({ RequestCodec.decode($0) }) else {
+                Issue.record("not a request")
+                return []
+            }
+            request = decoded
+            guard case .call = dispatcher.stage(request, session: &session, into: &staged, calls: &calls) else {
+                Issue.record("not staged: \(line)")
+                return []
+            }
+            if i == 0 {
+                let get = Request(id: "g", method: GetUser.method, param: ["userId": "u0"])
+                guard case .call = dispatcher.stage(get, session: &session, into: &staged, calls: &calls) else {
+                    Issue.record("get not staged")
+                    return []
+                }
+            }
+        }
+        var out: [UInt8] = []
+        var outcomes: [(served: Dispatcher.Served, end: Int)] = []
+        dispatcher.run(calls[...], into: &out, outcomes: &outcomes)
+        return outcomes.map(\.served)
+    }
+
+    @Test("a turn asks the log once for all its mutations, not before each")
+    func oneQuestionPerTurn() {
+        let log = CountingLog(left: 100)
+        let served = runTurn(log, creates: 5)
+        #expect(served.count == 6 && served.allSatisfy { !$0.failed })
+        #expect(log.askedForTurn == 1)
+        #expect(log.asked == 0)
+        #expect(log.recorded.count == 5)
+    }
+
+    @Test("a turn the log cannot take whole asks before each mutation: those it has numbers for are applied, the rest refused")
+    func refusedTurnAsksEach() {
+        let log = CountingLog(left: 3)
+        let served = runTurn(log, creates: 5)
+        // create u0, get u0, creates u1..u4: three creates fit.
+        #expect(served.map(\.failed) == [false, false, false, false, true, true])
+        #expect(log.askedForTurn == 1)
+        #expect(log.asked == 5)
+        #expect(log.recorded.count == 3)
+    }
+}
