@@ -17,12 +17,17 @@ import RPCSchema
         mutating func below(_ n: Int) -> Int { Int(next() % UInt64(n)) }
     }
 
-    /// Ids from a space of `space`, some with non-ASCII and canonically equivalent spellings.
+    /// Ids from a space of `space`, some with non-ASCII and canonically equivalent spellings, some
+    /// sharing their first 16 bytes (compared past the eight-byte words), some with zero bytes
+    /// (an id that is another plus a zero byte sorts right after it).
     static func id(_ n: Int) -> ExactID {
-        switch n % 4 {
+        switch n % 7 {
         case 0: return ExactID("u\(n)")
         case 1: return ExactID("caf\u{E9}\(n)")
         case 2: return ExactID("cafe\u{301}\(n)")
+        case 3: return ExactID("a-shared-prefix-\(n)")
+        case 4: return ExactID("z\u{0}\(n % 3 == 0 ? "" : "\u{0}")\(n)")
+        case 5: return ExactID("a-shared-prefix-\(n / 10)\(n % 2 == 0 ? "" : "\u{0}")")
         default: return ExactID("\(n)\u{212A}")
         }
     }
