@@ -75,16 +75,17 @@ extension SortedIDs {
     /// The tree of ascending, distinct `ids`, built level by level: nodes are 3/4 full (as even as
     /// possible, so none falls near the merge threshold), leaving room for inserts before splits.
     static func build(_ ids: [ExactID]) -> Node {
+        let ids = ids.map(Key.init)
         guard ids.count > leafCapacity else { return Node(keys: ids) }
         var nodes: [Node] = []
-        var lowest: [ExactID] = []  // the smallest id below each node: its separator one level up
+        var lowest: [Key] = []  // the smallest id below each node: its separator one level up
         for piece in pieces(ids.count, fill: leafCapacity * 3 / 4) {
             nodes.append(Node(keys: Array(ids[piece])))
             lowest.append(ids[piece.lowerBound])
         }
         while nodes.count > innerCapacity {
             var parents: [Node] = []
-            var parentLowest: [ExactID] = []
+            var parentLowest: [Key] = []
             for piece in pieces(nodes.count, fill: innerCapacity * 3 / 4) {
                 parents.append(Node(keys: Array(lowest[(piece.lowerBound + 1)..<piece.upperBound]), children: Array(nodes[piece])))
                 parentLowest.append(lowest[piece.lowerBound])

@@ -88,6 +88,13 @@ import RPCSchema
         #expect(up.ids(after: nil, limit: -1).isEmpty && up.ids(after: nil, limit: Int.min).isEmpty)
     }
 
+    /// Each id of the index costs its text and the two words beside it: 32 bytes, not more.
+    @Test func aKeyIsThirtyTwoBytes() {
+        #expect(MemoryLayout<SortedIDs.Key>.stride == 32)
+        let key = SortedIDs.Key(ExactID("a-shared-prefix-and-more"))
+        #expect(key.id == ExactID("a-shared-prefix-and-more") && key.id.fingerprint == ExactID("a-shared-prefix-and-more").fingerprint)
+    }
+
     /// After a copy (compaction's snapshot), one insert copies the nodes on its path, not the index.
     @Test func aCopyThenOneInsertSharesEveryOtherLeaf() {
         var ids = SortedIDs()
