@@ -178,7 +178,13 @@ public struct Records<Record: Sendable>: Sendable {
     /// Calls `body` with the records of shard `s`, in no particular order.
     private func forEach(inShard s: Int, _ body: (Record) throws -> Void) rethrows {
         let overlay = overlays[s]
-        for (key, record) in shards[s].records where overlay.isEmpty || overlay[key] == nil { try body(record) }
+        guard !overlay.isEmpty else {
+            // The values alone: a key copied out is one more retain and release of a string
+            // per record (a snapshot reads a million; ~1% of a durable create load's CPU).
+            for record in shards[s].records.values { try body(record) }
+            return
+        }
+        for (key, record) in shards[s].records where overlay[key] == nil { try body(record) }
         for case let record? in overlay.values { try body(record) }
     }
 
