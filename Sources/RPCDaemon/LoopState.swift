@@ -156,6 +156,17 @@ final class ReleasedReplies: @unchecked Sendable {
         if schedule { loop.wake() }
     }
 
+    /// Queues filled slots (one hold of the lock for all of them).
+    func add(_ replies: some Collection<(Connection, UInt64, [UInt8])>) {
+        guard !replies.isEmpty else { return }
+        let schedule: Bool = lock.withLock {
+            for (connection, slot, reply) in replies { items.append((connection, slot, reply)) }
+            defer { scheduled = true }
+            return !scheduled
+        }
+        if schedule { loop.wake() }
+    }
+
     /// On the loop (its wake handler): fills every released slot, then flushes each connection once.
     func deliver() {
         loop.preconditionOnLoop()

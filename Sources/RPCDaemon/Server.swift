@@ -410,11 +410,11 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     /// saying the change may be lost.
     private func release(_ waiting: [DurableReply], after ticket: UInt64, to released: ReleasedReplies) {
         durability?.whenDurable(ticket) { failure in
+            guard let failure else {
+                // The whole turn's replies under one hold of the loop's lock, not one each.
+                return released.add(waiting.lazy.map { ($0.connection, $0.slot, $0.reply) })
+            }
             for item in waiting {
-                guard let failure else {
-                    released.add(item.connection, slot: item.slot, reply: item.reply)
-                    continue
-                }
                 var error: [UInt8] = []
                 RequestCodec.encodeError(
                     id: item.id, .internal("the change was applied but not saved: \(failure); it may be lost on restart"),
