@@ -33,7 +33,26 @@ public struct RPCMethod: Hashable, Sendable, CustomStringConvertible, Codable {
     public static let error = RPCMethod("error", "error")
 
     /// A counter-request (`…Result` or `error.error`) is never answered.
-    public var isCounterRequest: Bool { name.hasSuffix("Result") || self == .error }
+    public var isCounterRequest: Bool {
+        // By bytes (asked of every line): `hasSuffix` and `==` compare Unicode text, ~190
+        // instructions a line. The same answer for every name whose last grapheme is not
+        // split by a combining mark or a prepended character around "Result".
+        let answer = name.utf8.withContiguousStorageIfAvailable { name -> Bool in
+            let n = name.count
+            if n >= 6, name[n - 6] == 0x52, name[n - 5] == 0x65, name[n - 4] == 0x73, name[n - 3] == 0x75,
+                name[n - 2] == 0x6C, name[n - 1] == 0x74
+            {
+                return true  // …Result
+            }
+            return Self.isError(name) && (entity.utf8.withContiguousStorageIfAvailable(Self.isError) ?? (entity == "error"))
+        }
+        return answer ?? (name.hasSuffix("Result") || self == .error)
+    }
+
+    /// The bytes of "error".
+    private static func isError(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        bytes.count == 5 && bytes[0] == 0x65 && bytes[1] == 0x72 && bytes[2] == 0x72 && bytes[3] == 0x6F && bytes[4] == 0x72
+    }
 
     /// The paired method a success is sent back to: `user.getUser` -> `user.getUserResult`.
     public var result: RPCMethod { RPCMethod(entity, name + "Result") }

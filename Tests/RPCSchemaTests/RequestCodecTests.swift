@@ -268,6 +268,19 @@ private func fullDecode(_ text: String) -> DecodedLine {
         #expect(Array(method.description.utf8) == Array("user.\u{0301}getUser".utf8))
     }
 
+    @Test("a counter-request is a method whose name ends in the bytes Result, or error.error, exactly")
+    func counterRequestsByBytes() {
+        let yes = ["user.getUserResult", "x.Result", "error.error", "a.bResult", "caf\u{E9}.nResult"]
+        let no = ["user.getUser", "x.result", "x.Resul", "error.errors", "errors.error", "Error.error", "error.Error", "x.Resultx", "x.esult"]
+        for text in yes { #expect(RPCMethod(parsing: text)?.isCounterRequest == true, "\(text)") }
+        for text in no { #expect(RPCMethod(parsing: text)?.isCounterRequest == false, "\(text)") }
+        // For plain names the bytes and the text agree.
+        for text in yes + no {
+            guard let method = RPCMethod(parsing: text) else { continue }
+            #expect(method.isCounterRequest == (method.name.hasSuffix("Result") || method == .error), "\(text)")
+        }
+    }
+
     @Test("parsed halves, taken without a second UTF-8 check, equal and hash as the same text built any other way")
     func parsedHalvesCompareAsText() throws {
         for (text, entity, name) in [("user.getUser", "user", "getUser"), ("caf\u{E9}.n\u{E9}", "caf\u{E9}", "n\u{E9}"),
