@@ -45,6 +45,13 @@ public struct SortedIDs: Sendable {
             string = id.string
         }
 
+        /// A key whose prefix is known already (a bulk sort computed it).
+        init(high: UInt64, low: UInt64, string: String) {
+            self.high = high
+            self.low = low
+            self.string = string
+        }
+
         /// The id (its hash computed again).
         var id: ExactID { ExactID(string) }
 
@@ -70,7 +77,12 @@ public struct SortedIDs: Sendable {
     /// Adds `id`; false if it was there already.
     @discardableResult
     public mutating func insert(_ id: ExactID) -> Bool {
-        let (inserted, split) = root.insert(Key(id))
+        insert(Key(id))
+    }
+
+    @discardableResult
+    mutating func insert(_ key: Key) -> Bool {
+        let (inserted, split) = root.insert(key)
         if let (separator, right) = split {
             root = Node(keys: [separator], children: [root, right])
         }
@@ -216,6 +228,18 @@ extension SortedIDs.Node {
         if !moved.isLeaf { children[left].keys.append(separator) }
         children[left].keys.append(contentsOf: moved.keys)
         children[left].children.append(contentsOf: moved.children)
+    }
+
+    /// Every key below this node, in order (no id's hash computed again, as `collect` does).
+    var allKeys: [SortedIDs.Key] {
+        var out: [SortedIDs.Key] = []
+        appendKeys(into: &out)
+        return out
+    }
+
+    private func appendKeys(into out: inout [SortedIDs.Key]) {
+        if isLeaf { return out.append(contentsOf: keys) }
+        for child in children { child.appendKeys(into: &out) }
     }
 
     /// Appends ids above `after` (all when nil) until `out` holds `limit`; true once it does.

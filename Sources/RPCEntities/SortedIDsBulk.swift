@@ -8,17 +8,18 @@ extension SortedIDs {
     public mutating func insert(contentsOf ids: [ExactID]) {
         let sorted = Self.sortedUnique(ids)
         guard sorted.count >= count / 8 else {
-            for id in sorted { insert(id) }
+            for key in sorted { insert(key) }
             return
         }
-        let merged = count == 0 ? sorted : Self.merge(all, sorted)
+        let merged = count == 0 ? sorted : Self.merge(root.allKeys, sorted)
         root = Self.build(merged)
         count = merged.count
     }
 
-    /// `ids` in byte order without repeats. Sorted by `orderPrefix`: a radix sort of the first 8
-    /// bytes, then comparisons of the next 8 and of whole ids only where those are shared.
-    static func sortedUnique(_ ids: [ExactID]) -> [ExactID] {
+    /// `ids` in byte order without repeats, as keys (each with the prefix it was sorted by).
+    /// Sorted by `orderPrefix`: a radix sort of the first 8 bytes, then comparisons of the next 8
+    /// and of whole ids only where those are shared.
+    static func sortedUnique(_ ids: [ExactID]) -> [Key] {
         var entries = ids.indices.map { i in
             let prefix = ids[i].orderPrefix
             return Entry(high: prefix.0, low: prefix.1, index: i)
@@ -37,28 +38,29 @@ extension SortedIDs {
             }
             start = end
         }
-        var out: [ExactID] = []
+        var out: [Key] = []
         out.reserveCapacity(ids.count)
         for (n, entry) in entries.enumerated() {
             if n > 0, entries[n - 1].high == entry.high, entries[n - 1].low == entry.low, ids[entries[n - 1].index] == ids[entry.index] {
                 continue
             }
-            out.append(ids[entry.index])
+            out.append(Key(high: entry.high, low: entry.low, string: ids[entry.index].string))
         }
         return out
     }
 
     /// Two ascending runs as one, an id in both once.
-    static func merge(_ a: [ExactID], _ b: [ExactID]) -> [ExactID] {
-        var out: [ExactID] = []
+    static func merge(_ a: [Key], _ b: [Key]) -> [Key] {
+        var out: [Key] = []
         out.reserveCapacity(a.count + b.count)
         var i = 0
         var j = 0
         while i < a.count && j < b.count {
-            if a[i] < b[j] {
+            let order = a[i].compare(b[j])
+            if order < 0 {
                 out.append(a[i])
                 i += 1
-            } else if b[j] < a[i] {
+            } else if order > 0 {
                 out.append(b[j])
                 j += 1
             } else {
@@ -74,8 +76,7 @@ extension SortedIDs {
 
     /// The tree of ascending, distinct `ids`, built level by level: nodes are 3/4 full (as even as
     /// possible, so none falls near the merge threshold), leaving room for inserts before splits.
-    static func build(_ ids: [ExactID]) -> Node {
-        let ids = ids.map(Key.init)
+    static func build(_ ids: [Key]) -> Node {
         guard ids.count > leafCapacity else { return Node(keys: ids) }
         var nodes: [Node] = []
         var lowest: [Key] = []  // the smallest id below each node: its separator one level up

@@ -151,7 +151,7 @@ import RPCSchema
     @Test func bulkSortOrdersPrefixTies() {
         let ids: [ExactID] = ["abcdefghijklmnop2", "abcdefghijklmnop10", "abcdefghijklmnop", "ab\u{0}", "ab", "ab\u{0}\u{0}", "a", "", "abcdefghijklmnop2", "\u{212A}", "K"]
         let sorted = SortedIDs.sortedUnique(ids)
-        #expect(sorted == Set(ids).sorted())
+        #expect(sorted.map(\.id) == Set(ids).sorted())
         #expect(sorted.count == 10)
     }
 
