@@ -146,17 +146,8 @@ final class ReleasedReplies: @unchecked Sendable {
 
     init(loop: EventLoop) { self.loop = loop }
 
-    /// Queues a filled slot; the first one since the loop last delivered schedules the delivery.
-    func add(_ connection: Connection, slot: UInt64, reply: [UInt8]) {
-        let schedule: Bool = lock.withLock {
-            items.append((connection, slot, reply))
-            defer { scheduled = true }
-            return !scheduled
-        }
-        if schedule { loop.wake() }
-    }
-
-    /// Queues filled slots (one hold of the lock for all of them).
+    /// Queues filled slots under one hold of the lock (a turn's replies); the first since the loop
+    /// last delivered schedules the delivery.
     func add(_ replies: some Collection<(Connection, UInt64, [UInt8])>) {
         guard !replies.isEmpty else { return }
         let schedule: Bool = lock.withLock {

@@ -414,13 +414,13 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
                 // The whole turn's replies under one hold of the loop's lock, not one each.
                 return released.add(waiting.lazy.map { ($0.connection, $0.slot, $0.reply) })
             }
-            for item in waiting {
+            released.add(waiting.map { item in
                 var error: [UInt8] = []
                 RequestCodec.encodeError(
                     id: item.id, .internal("the change was applied but not saved: \(failure); it may be lost on restart"),
                     form: item.form, into: &error)
-                released.add(item.connection, slot: item.slot, reply: error)
-            }
+                return (item.connection, item.slot, error)
+            })
         }
     }
 
