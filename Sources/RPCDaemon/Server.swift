@@ -231,15 +231,14 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         let disposition: Dispatcher.Disposition
         var requestID = ""
         let turn = turns[connection.loop.index]
-        var methodAndParam: Range<Int>?
+        var methodAndParam: UnsafeRawBufferPointer?
         switch RequestCodec.decode(line, methodAndParam: &methodAndParam) {
         case .request(let request):
             requestID = request.id
             if box.session.form == nil { box.session.form = request.form }
             let form = box.session.form ?? .canonical
             let mark = turn.staged.count
-            let written = methodAndParam.map { UnsafeRawBufferPointer(rebasing: line[$0]) }
-            switch dispatcher.stage(request, methodAndParam: written, session: &box.session, into: &turn.staged, calls: &turn.calls) {
+            switch dispatcher.stage(request, methodAndParam: methodAndParam, session: &box.session, into: &turn.staged, calls: &turn.calls) {
             case .call:
                 turn.add(.init(connection: connection, method: request.method, id: request.id, form: form, kind: .call))
                 if turn.isFull || !connection.loop.inTurn { finish(turn, stats) }

@@ -87,12 +87,11 @@ public final class Dispatcher: @unchecked Sendable {
 
     /// Handles one line (without its terminator) and appends the reply, if any, to `out`.
     public func handle(line: UnsafeRawBufferPointer, session: inout Session, into out: inout [UInt8]) -> Disposition {
-        var methodAndParam: Range<Int>?
+        var methodAndParam: UnsafeRawBufferPointer?
         switch RequestCodec.decode(line, methodAndParam: &methodAndParam) {
         case .request(let request):
             if session.form == nil { session.form = request.form }
-            let written = methodAndParam.map { UnsafeRawBufferPointer(rebasing: line[$0]) }
-            return serve(request, methodAndParam: written, session: &session, into: &out).disposition
+            return serve(request, methodAndParam: methodAndParam, session: &session, into: &out).disposition
         case .counterRequest(let request):
             if session.form == nil { session.form = request.form }
             onCounterRequest(request)

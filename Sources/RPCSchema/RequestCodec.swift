@@ -59,13 +59,13 @@ public enum RequestCodec {
         return decodeInFull(line)
     }
 
-    /// `decode`, and where in `line` its `,"method":"…","param":…` lies when those bytes are
+    /// `decode`, and the bytes of `line` that hold its `,"method":"…","param":…` when those are
     /// exactly what a writer writes for the request's method and param (so a journal can copy
     /// them instead of writing the param again); nil for a request without a param, and for any
     /// line or param of another shape (whitespace, an escape, a repeated key).
-    package static func decode(_ line: UnsafeRawBufferPointer, methodAndParam: inout Range<Int>?) -> DecodedLine {
+    package static func decode(_ line: UnsafeRawBufferPointer, methodAndParam: inout UnsafeRawBufferPointer?) -> DecodedLine {
         if let (decoded, range) = decodeWritten(line) {
-            methodAndParam = range
+            methodAndParam = range.map { UnsafeRawBufferPointer(rebasing: line[$0]) }
             return decoded
         }
         methodAndParam = nil

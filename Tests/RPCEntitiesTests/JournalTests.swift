@@ -86,15 +86,15 @@ struct JournalTests {
     ])
     func copiedMethodAndParam(_ text: String, copied: Bool) {
         Array(text.utf8).withUnsafeBytes { line in
-            var range: Range<Int>?
-            guard case .request(let request) = RequestCodec.decode(line, methodAndParam: &range) else {
+            var written: UnsafeRawBufferPointer?
+            guard case .request(let request) = RequestCodec.decode(line, methodAndParam: &written) else {
                 Issue.record("not a request: \(text)")
                 return
             }
-            #expect((range != nil) == copied, "\(text)")
-            guard let range else { return }
+            #expect((written != nil) == copied, "\(text)")
+            guard let written else { return }
             // What the record holds either way: the copy must be exactly what the writer writes.
-            let copy = JournalRecord.Body(request, methodAndParam: UnsafeRawBufferPointer(rebasing: line[range]))
+            let copy = JournalRecord.Body(request, methodAndParam: written)
             #expect(copy.bytes == JournalRecord.Body(request).bytes, "\(text)")
             #expect(copy.digest == JournalRecord.Body(request).digest, "\(text)")
         }
