@@ -12,7 +12,7 @@ public enum Config {
     /// The keys a file may set, in the order `check-config` prints them.
     public static let keys = [
         "listen", "data_dir", "fsync", "group_commit_delay", "compact_after_bytes", "max_frame_bytes", "max_output_bytes", "max_input_bytes",
-        "max_connections", "idle_timeout", "idempotency_keys", "idempotency_window", "log_level",
+        "max_connections", "idle_timeout", "event_loops", "idempotency_keys", "idempotency_window", "log_level",
     ] + AccessSettings.keys
     /// Keys that may appear more than once (each adds a value).
     static let repeatable: Set<String> = ["listen"]
@@ -131,6 +131,11 @@ public enum Config {
             case .success(let n): options.maxConnections = n
             case .failure(let problem): return "max_connections \"\(value)\" \(problem.reason)"
             }
+        case "event_loops":
+            switch ConfigValue.count(value, in: SettingRanges.eventLoops, zero: "half the cores") {
+            case .success(let n): options.eventLoops = n
+            case .failure(let problem): return "event_loops \"\(value)\" \(problem.reason)"
+            }
         case "group_commit_delay":
             switch ConfigValue.seconds(value, in: SettingRanges.groupCommitDelay, zero: "none") {
             case .success(let seconds): options.groupCommitDelay = seconds
@@ -166,6 +171,7 @@ public enum Config {
             case "idempotency_window": options.idempotencyWindow = flags.idempotencyWindow
             case "max_connections": options.maxConnections = flags.maxConnections
             case "idle_timeout": options.idleTimeout = flags.idleTimeout
+            case "event_loops": options.eventLoops = flags.eventLoops
             case "log_level": options.logLevel = flags.logLevel
             default: _ = AccessSettings.merge(key, from: flags, into: &options)
             }
@@ -188,6 +194,7 @@ public enum Config {
         lines.append("idempotency_window = \(ConfigValue.render(seconds: options.idempotencyWindow))")
         lines.append("max_connections = \(options.maxConnections)")
         lines.append("idle_timeout = \(ConfigValue.render(seconds: options.idleTimeout))")
+        lines.append("event_loops = \(options.eventLoops)")
         lines.append("log_level = \(options.logLevel)")
         lines += AccessSettings.render(options)
         return lines.joined(separator: "\n") + "\n"

@@ -87,12 +87,13 @@ extension Daemon {
         }
 
         // Listeners.
+        let loopCount = options.loopCount(cores: ProcessInfo.processInfo.activeProcessorCount)
         let server: Server
         do {
             server = try Server(
                 dispatcher: dispatcher, durability: journal,
                 limits: Connection.Limits(maxFrameBytes: options.maxFrameBytes, maxOutputBytes: options.maxOutputBytes),
-                loopCount: ProcessInfo.processInfo.activeProcessorCount, log: log,
+                loopCount: loopCount, log: log,
                 maxConnections: options.maxConnections, idleTimeout: options.idleTimeout, maxInputBytes: options.maxInputBytes,
                 access: policy.connectionAccess, journalStats: { journal.stats() }, feed: feed)
             server.replicationStats = {
@@ -116,7 +117,8 @@ extension Daemon {
         log.info("access: \(policy.summary)")
         log.info(
             "rpcd \(CommandLineParser.version) serving; config \(Config.path(for: flags, environment: environment)?.path ?? "none (defaults)"), "
-                + "data dir \(options.dataDir), max_connections \(options.maxConnections), idle_timeout \(ConfigValue.render(seconds: options.idleTimeout)) s; "
+                + "data dir \(options.dataDir), max_connections \(options.maxConnections), idle_timeout \(ConfigValue.render(seconds: options.idleTimeout)) s, "
+                + "\(loopCount) event loop\(loopCount == 1 ? "" : "s"); "
                 + "up to \(fileLimit) open files; SIGTERM or SIGINT stops it, SIGHUP reloads what can be reloaded")
         follower?.start()
         systemd.ready(follower.map { "serving reads; \($0.summary)" } ?? "serving")

@@ -14,6 +14,8 @@ enum SettingRanges {
     static let idempotencyWindow = 1.0...(30 * 86_400.0)
     /// 0 means no limit.
     static let maxConnections = 0...1_000_000
+    /// Threads serving connections; 0 means automatic.
+    static let eventLoops = 0...256
     /// Journal size that starts a compaction (small values are for tests that compact often).
     static let compactAfterBytes = (4 << 10)...(1 << 40)
     /// Seconds the journal writer waits for more mutations before an fsync; 0 (none) is allowed

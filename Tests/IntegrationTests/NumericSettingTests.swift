@@ -58,6 +58,28 @@ struct NumericSettingTests {
         }
     }
 
+    @Test("--event-loops 3: three loops serve connections spread over them, one state behind them all")
+    func threeEventLoops() throws {
+        try withDaemon(extraArguments: ["--event-loops", "3"]) { daemon in
+            #expect(daemon.stderrEventually(contains: ", 3 event loops; "), "\(daemon.stderrTail())")
+            // Connections go to the loops in turn: nine of them land three on each.
+            let clients = try (0..<9).map { _ in try LineClient(port: daemon.port) }
+            for (n, c) in clients.enumerated() {
+                let reply = try c.request(#"{"id":"c\#(n)","method":"user.createUser","param":{"id":"u\#(n)","name":"N\#(n)","email":"u\#(n)@x"}}"#)
+                #expect(reply.contains("createUserResult"), "\(reply)")
+            }
+            for (n, c) in clients.enumerated() {
+                let other = (n + 4) % clients.count
+                let reply = try c.request(#"{"id":"g\#(n)","method":"user.getUser","param":{"userId":"u\#(other)"}}"#)
+                #expect(reply.contains(#""name":"N\#(other)""#), "\(reply)")
+            }
+        }
+        try withDaemon { daemon in
+            let loops = max(1, ProcessInfo.processInfo.activeProcessorCount / 2)
+            #expect(daemon.stderrEventually(contains: ", \(loops) event loop\(loops == 1 ? "" : "s"); "), "\(daemon.stderrTail())")
+        }
+    }
+
     @Test("rpcd call --timeout out of range: usage error, not a trap", arguments: ["1e300", "1e20", "nan", "0", "-5"])
     func callTimeoutOutOfRange(_ value: String) throws {
         let outcome = try runProcess(try Binaries.rpcd(), ["call", "--timeout", value, "127.0.0.1:1", "system.ping"], timeout: 5)

@@ -22,6 +22,9 @@ struct SettingRangeTests {
         ("--group-commit-delay", "group_commit_delay",
          ["0.2", "1s", "101ms", "0.00005", "0.09ms", "-1ms", "nan", "inf", "1e300", "soon", ""],
          [("0", 0), ("0.0001", 0.0001), ("0.1ms", 0.0001), ("2ms", 0.002), ("100ms", 0.1), ("0.1", 0.1)]),
+        ("--event-loops", "event_loops",
+         ["257", "-1", "1.5", "9223372036854775808", "two", ""],
+         [("0", 0), ("1", 1), ("256", 256)]),
         ("--compact-after-bytes", nil,
          ["0", "4095", "2TiB", "9223372036854775807", "-1"],
          [("4KiB", 4096), ("20000", 20_000), ("1TiB", Double(1 << 40))]),
@@ -53,6 +56,7 @@ struct SettingRangeTests {
                 case "--max-connections": got = Double(options.maxConnections)
                 case "--idle-timeout": got = options.idleTimeout
                 case "--group-commit-delay": got = options.groupCommitDelay
+                case "--event-loops": got = Double(options.eventLoops)
                 default: got = Double(options.compactAfterBytes)
                 }
                 #expect(got == expected, "\(c.flag) \(value)")
@@ -88,6 +92,7 @@ struct SettingRangeTests {
         #expect(CommandLineParser.help.contains(SettingRanges.describe(bytes: SettingRanges.maxOutputBytes)))
         #expect(CommandLineParser.help.contains(SettingRanges.describe(bytes: SettingRanges.compactAfterBytes)))
         #expect(CommandLineParser.help.contains(SettingRanges.describe(seconds: SettingRanges.groupCommitDelay, zero: "none")))
+        #expect(CommandLineParser.help.contains(SettingRanges.describe(count: SettingRanges.eventLoops, zero: "half the cores")))
         #expect(CallCommand.help.contains(SettingRanges.describe(seconds: SettingRanges.callTimeout, zero: nil)))
         for bad in ["1e300", "0", "-1", "nan", "inf", "2592001"] {
             #expect(throws: UsageError.self, "--timeout \(bad)") {
@@ -95,5 +100,20 @@ struct SettingRangeTests {
             }
         }
         #expect((try? CallCommand.parse(["--timeout", "2592000", "127.0.0.1:1", "system.ping"], stdin: { Data() }))?.timeout == 2_592_000)
+    }
+
+    /// 0 (the default) runs half the cores' worth of loops, never none; a number runs that many.
+    @Test func eventLoopsDefaultToHalfTheCores() throws {
+        let automatic = ServeOptions()
+        #expect([1, 2, 3, 4, 8, 64].map { automatic.loopCount(cores: $0) } == [1, 1, 1, 2, 4, 32])
+        #expect(automatic.loopCount(cores: 0) == 1)
+        let three = try CommandLineParser.parseServe(["--event-loops", "3"])
+        #expect(three.loopCount(cores: 2) == 3)
+        #expect(three.setByFlags.contains("event_loops"))
+        var fromFile = try Config.parse(ConfigFile(path: "t.conf", text: "event_loops = 5\n"))
+        #expect(fromFile.loopCount(cores: 64) == 5)
+        Config.merge(three, into: &fromFile)
+        #expect(fromFile.eventLoops == 3, "the flag wins over the file")
+        #expect(Config.render(fromFile).contains("\nevent_loops = 3\n"))
     }
 }
