@@ -232,13 +232,16 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         var requestID = ""
         let turn = turns[connection.loop.index]
         var methodAndParam: UnsafeRawBufferPointer?
-        switch RequestCodec.decode(line, methodAndParam: &methodAndParam) {
+        var plainParam: PlainObject?
+        switch RequestCodec.decode(line, methodAndParam: &methodAndParam, plainParam: &plainParam) {
         case .request(let request):
             requestID = request.id
             if box.session.form == nil { box.session.form = request.form }
             let form = box.session.form ?? .canonical
             let mark = turn.staged.count
-            switch dispatcher.stage(request, methodAndParam: methodAndParam, session: &box.session, into: &turn.staged, calls: &turn.calls) {
+            switch dispatcher.stage(
+                request, methodAndParam: methodAndParam, plainParam: plainParam, session: &box.session, into: &turn.staged, calls: &turn.calls)
+            {
             case .call:
                 turn.add(.init(connection: connection, method: request.method, id: request.id, form: form, kind: .call))
                 if turn.isFull || !connection.loop.inTurn { finish(turn, stats) }
@@ -251,7 +254,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             case .service:
                 // Answered now, so the turn's earlier requests first (their replies come first).
                 finish(turn, stats)
-                let served = dispatcher.serve(request, session: &box.session, into: &box.scratch)
+                let served = dispatcher.serve(request.withParam(from: plainParam), session: &box.session, into: &box.scratch)
                 disposition = served.disposition
                 stats.count(served.known ? request.method : LoopState.unknownMethod, failed: served.failed)
             }

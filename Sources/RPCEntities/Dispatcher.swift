@@ -88,10 +88,11 @@ public final class Dispatcher: @unchecked Sendable {
     /// Handles one line (without its terminator) and appends the reply, if any, to `out`.
     public func handle(line: UnsafeRawBufferPointer, session: inout Session, into out: inout [UInt8]) -> Disposition {
         var methodAndParam: UnsafeRawBufferPointer?
-        switch RequestCodec.decode(line, methodAndParam: &methodAndParam) {
+        var plainParam: PlainObject?
+        switch RequestCodec.decode(line, methodAndParam: &methodAndParam, plainParam: &plainParam) {
         case .request(let request):
             if session.form == nil { session.form = request.form }
-            return serve(request, methodAndParam: methodAndParam, session: &session, into: &out).disposition
+            return serve(request, methodAndParam: methodAndParam, plainParam: plainParam, session: &session, into: &out).disposition
         case .counterRequest(let request):
             if session.form == nil { session.form = request.form }
             onCounterRequest(request)
@@ -166,9 +167,11 @@ public final class Dispatcher: @unchecked Sendable {
     ///
     /// `methodAndParam`: the request line's `,"method":"…","param":…`, when `RequestCodec.decode(_:methodAndParam:)`
     /// found them to be exactly what a writer writes (the journal record copies them).
-    public func stage(
-        _ request: Request, methodAndParam: UnsafeRawBufferPointer? = nil, session: inout Session, into out: inout [UInt8],
-        calls: inout [Call]
+    /// `plainParam`: the param, left plain by `RequestCodec.decode(_:methodAndParam:plainParam:)`
+    /// (the request has none); a `.service` request is then served `withParam(from:)` it.
+    package func stage(
+        _ request: Request, methodAndParam: UnsafeRawBufferPointer? = nil, plainParam: PlainObject? = nil, session: inout Session,
+        into out: inout [UInt8], calls: inout [Call]
     ) -> Stage {
         let form = session.form ?? .canonical
         guard let entry = table.entry(for: request.method) else {
@@ -180,25 +183,39 @@ public final class Dispatcher: @unchecked Sendable {
             return .served(Served(disposition: .reply, failed: true, known: true))
         }
         if entry.service != nil { return .service }
-        let prepared: MethodTable<Entities>.Prepared
-        switch entry.prepare(request.param) {
-        case .success(let call): prepared = call
-        case .failure(let error):
-            RequestCodec.encodeError(id: request.id, error, form: form, into: &out)
-            return .served(Served(disposition: .reply, failed: true, known: true))
+        var param = request.param
+        var prepared = plainParam.flatMap { entry.preparePlain?($0) }
+        // The parsed param, where a plain one was not enough: to decode and word an error, for a
+        // key's digest, and in debug builds for the journal body's check of its copied bytes.
+        if let plainParam, prepared == nil || request.key != nil || Self.checksCopiedBytes { param = plainParam.value }
+        if prepared == nil {
+            switch entry.prepare(param) {
+            case .success(let call): prepared = call
+            case .failure(let error):
+                RequestCodec.encodeError(id: request.id, error, form: form, into: &out)
+                return .served(Served(disposition: .reply, failed: true, known: true))
+            }
         }
-        let body = entry.isMutation && log != nil ? JournalRecord.Body(request, methodAndParam: methodAndParam) : nil
+        let body = entry.isMutation && log != nil ? JournalRecord.Body(request, param: param, methodAndParam: methodAndParam) : nil
         var keyed: Keyed?
         if entry.isMutation, let key = request.key {
             keyed = Keyed(
-                key: IdempotencyKeys.Key(key), digest: body?.digest ?? IdempotencyKeys.digest(method: request.method, param: request.param),
-                now: DispatchTime.now().uptimeNanoseconds, method: request.method, param: request.param)
+                key: IdempotencyKeys.Key(key), digest: body?.digest ?? IdempotencyKeys.digest(method: request.method, param: param),
+                now: DispatchTime.now().uptimeNanoseconds, method: request.method, param: param)
         }
+        guard let prepared else { preconditionFailure("a call is prepared or answered") }
         calls.append(Call(
             id: request.id, result: entry.result, form: form, prepared: prepared, isMutation: entry.isMutation, body: body,
             keyed: keyed))
         return .call
     }
+
+    /// Whether assertions run (debug builds): then a plain param is parsed too, for `JournalRecord.Body`'s check.
+    private static let checksCopiedBytes: Bool = {
+        var checks = false
+        assert({ checks = true; return true }())
+        return checks
+    }()
 
     /// Runs staged calls in order under one hold of the state lock, appending each reply line to
     /// `out`; `outcomes` gets, per call, what to do with its reply and where in `out` it ends.
@@ -256,12 +273,14 @@ public final class Dispatcher: @unchecked Sendable {
 
     /// Handles a decoded request for `session` (its form, its role); the reply goes in its form.
     public func serve(_ request: Request, session: inout Session, into out: inout [UInt8]) -> Served {
-        serve(request, methodAndParam: nil, session: &session, into: &out)
+        serve(request, methodAndParam: nil, plainParam: nil, session: &session, into: &out)
     }
 
-    private func serve(_ request: Request, methodAndParam: UnsafeRawBufferPointer?, session: inout Session, into out: inout [UInt8]) -> Served {
+    private func serve(
+        _ request: Request, methodAndParam: UnsafeRawBufferPointer?, plainParam: PlainObject?, session: inout Session, into out: inout [UInt8]
+    ) -> Served {
         var calls: [Call] = []
-        switch stage(request, methodAndParam: methodAndParam, session: &session, into: &out, calls: &calls) {
+        switch stage(request, methodAndParam: methodAndParam, plainParam: plainParam, session: &session, into: &out, calls: &calls) {
         case .served(let served):
             return served
         case .call:
@@ -272,7 +291,7 @@ public final class Dispatcher: @unchecked Sendable {
             guard let entry = table.entry(for: request.method), let service = entry.service else {
                 preconditionFailure("staged as a service method: \(request.method)")
             }
-            return serve(request, service: service, result: entry.result, session: &session, into: &out)
+            return serve(request.withParam(from: plainParam), service: service, result: entry.result, session: &session, into: &out)
         }
     }
 

@@ -33,20 +33,22 @@ public enum JournalRecord {
         let digest: UInt64?
 
         public init(_ request: Request) {
-            self.init(request, methodAndParam: nil)
+            self.init(request, param: request.param, methodAndParam: nil)
         }
 
         /// `methodAndParam`: the request line's `,"method":"…","param":…`, when those bytes are
         /// exactly what `appendMethodAndParam` writes for the request (`RequestCodec.decode(_:methodAndParam:)`
         /// says so): copied, not written again (~1,500 instructions a create).
-        package init(_ request: Request, methodAndParam: UnsafeRawBufferPointer?) {
+        /// `param`: the request's param (a request decoded with its param left plain has none); with
+        /// `methodAndParam`, only debug builds read it, to check the copied bytes.
+        package init(_ request: Request, param: JSONValue?, methodAndParam: UnsafeRawBufferPointer?) {
             var out: [UInt8] = []
             out.reserveCapacity(160)
             if let methodAndParam {
                 out.append(contentsOf: methodAndParam)
-                assert(out == Self.methodAndParam(request), "a request's method and param differ from what JournalRecord writes for them")
+                assert(out == Self.methodAndParam(request.method, param), "a request's method and param differ from what JournalRecord writes for them")
             } else {
-                appendMethodAndParam(method: request.method, param: request.param, into: &out)
+                appendMethodAndParam(method: request.method, param: param, into: &out)
             }
             if let key = request.key {
                 digest = out.withUnsafeBytes { IdempotencyKeys.digest(canonical: $0) }
@@ -59,9 +61,9 @@ public enum JournalRecord {
             bytes = out
         }
 
-        private static func methodAndParam(_ request: Request) -> [UInt8] {
+        private static func methodAndParam(_ method: RPCMethod, _ param: JSONValue?) -> [UInt8] {
             var out: [UInt8] = []
-            appendMethodAndParam(method: request.method, param: request.param, into: &out)
+            appendMethodAndParam(method: method, param: param, into: &out)
             return out
         }
 
@@ -233,7 +235,7 @@ public enum JournalRecord {
     /// would be inside the envelope).
     static func writtenFields(_ line: UnsafeRawBufferPointer) -> Fields? {
         var scan = EnvelopeScanner(line, end: line.count - sealLength)
-        guard let (id, method, param, key, _) = scan.requestHead() else { return nil }
+        guard let (id, method, param, _, key, _) = scan.requestHead() else { return nil }
         var seq: UInt64?
         if scan.expect(seqPrefix.bytes) {
             guard let number = scan.wholeNumber() else { return nil }

@@ -39,12 +39,18 @@ public struct MethodTable<State>: Sendable {
         public let prepare: @Sendable (JSONValue?) -> Result<Prepared, RPCError>
         /// Like `prepare`, but the call encodes no reply, only the error if any (journal replay).
         public let prepareSilent: @Sendable (JSONValue?) -> Result<@Sendable (inout State) -> RPCError?, RPCError>
+        /// `prepare` for a param left plain (`RequestCodec.decode(_:methodAndParam:plainParam:)`),
+        /// for calls that decode from one (`FastDecodable`); nil when the param is not exactly the
+        /// call's fields: then `prepare` decodes the parsed param and words the error.
+        package let preparePlain: (@Sendable (PlainObject) -> Prepared?)?
 
         init(
             method: RPCMethod, result: RPCMethod, fields: [RPCField], isMutation: Bool, access: RPCAccess, service: ServiceHandler?,
             prepare: @escaping @Sendable (JSONValue?) -> Result<Prepared, RPCError>,
-            prepareSilent: @escaping @Sendable (JSONValue?) -> Result<@Sendable (inout State) -> RPCError?, RPCError>
+            prepareSilent: @escaping @Sendable (JSONValue?) -> Result<@Sendable (inout State) -> RPCError?, RPCError>,
+            preparePlain: (@Sendable (PlainObject) -> Prepared?)? = nil
         ) {
+            self.preparePlain = preparePlain
             self.method = method
             self.result = result
             self.fields = fields
@@ -116,21 +122,37 @@ public struct MethodTable<State>: Sendable {
                 }
             }
         }
-        let entry = Entry(method: method, result: method.result, fields: fields, isMutation: C.isMutation, access: access, service: nil, prepare: { param in
-            let params: C
-            switch ParamDecoding.decode(C.self, from: param, fields: fields) {
-            case .success(let decoded): params = decoded
-            case .failure(let error): return .failure(error)
-            }
-            return .success { state, out in
+        @Sendable func prepared(_ params: C) -> Prepared {
+            { state, out in
                 do throws(RPCError) {
                     return write(try handler(&state, params), &out)
                 } catch {
                     return error
                 }
             }
-        }, prepareSilent: silent)
+        }
+        var preparePlain: (@Sendable (PlainObject) -> Prepared?)?
+        if let decode = Self.plainDecoder(C.self) {
+            preparePlain = { plain in decode(plain).map { prepared($0) } }
+        }
+        let prepare: @Sendable (JSONValue?) -> Result<Prepared, RPCError> = { param in
+            ParamDecoding.decode(C.self, from: param, fields: fields).map { prepared($0) }
+        }
+        let entry = Entry(
+            method: method, result: method.result, fields: fields, isMutation: C.isMutation, access: access, service: nil, prepare: prepare,
+            prepareSilent: silent, preparePlain: preparePlain)
         add(entry)
+    }
+
+    /// `C`'s decoder from a plain param, when `C` has one (`FastDecodable`). Looked up once, at
+    /// registration: a cast per request costs more than the decoding.
+    static func plainDecoder<C: RPCCall>(_ call: C.Type) -> (@Sendable (PlainObject) -> C?)? {
+        func opened<F: FastDecodable>(_ fast: F.Type) -> @Sendable (PlainObject) -> C? {
+            precondition(F.self == C.self)
+            // F is C: the cast is an identity.
+            return { F.decode(plain: $0).map { unsafeBitCast($0, to: C.self) } }
+        }
+        return (call as? any FastDecodable.Type).map { opened($0) }
     }
 
     private mutating func add(_ entry: Entry) {

@@ -56,6 +56,52 @@ package struct EnvelopeScanner {
         return nil
     }
 
+    /// An object of plain strings starting at the position, `{}` or `{"k":"v",…}` with at most
+    /// `PlainObject.maxPairs` pairs: keys and values printable ASCII without a quote or a
+    /// backslash, no whitespace, no repeated key; nil (position unchanged) for anything else.
+    /// Such an object is what `JSONWriter` writes for it, and reads the same to every parser.
+    package mutating func plainObject() -> PlainObject? {
+        let start = position
+        let count = withUnsafeTemporaryAllocation(of: Range<Int>.self, capacity: PlainObject.maxPairs) { keys -> Int? in
+            guard expect(Self.openBrace.bytes) else { return nil }
+            if expect(Self.closingBrace.bytes) { return 0 }
+            var count = 0
+            while true {
+                let keyStart = position + 1
+                guard count < keys.count, expect(Self.quote.bytes), plainSpan() else { return nil }
+                let key = keyStart..<(position - 1)
+                guard !keys[..<count].contains(where: { bytes[$0].elementsEqual(bytes[key]) }), expect(Self.colonQuote.bytes), plainSpan()
+                else { return nil }
+                keys.initializeElement(at: count, to: key)
+                count += 1
+                if expect(Self.closingBrace.bytes) { return count }
+                guard expect(Self.comma.bytes) else { return nil }
+            }
+        }
+        guard let count else {
+            position = start
+            return nil
+        }
+        written = start..<position
+        return PlainObject(UnsafeRawBufferPointer(rebasing: bytes[start..<position]), count: count)
+    }
+
+    /// Skips the rest of a plain string whose opening quote was consumed, through its closing
+    /// quote (`plainString` without making the string).
+    private mutating func plainSpan() -> Bool {
+        var i = position
+        while i < end {
+            let byte = bytes[i]
+            if byte == UInt8(ascii: "\"") {
+                position = i + 1
+                return true
+            }
+            guard byte >= 0x20, byte < 0x7F, byte != UInt8(ascii: "\\") else { return false }
+            i += 1
+        }
+        return false
+    }
+
     /// One JSON value starting at the position, nested at most `maxDepth` levels (one less than
     /// the full parse allows when the value sits inside the envelope object).
     package mutating func value(maxDepth: Int) -> JSONValue? {
@@ -90,11 +136,23 @@ package struct EnvelopeScanner {
     /// "param":…` and an optional `,"key":"…"`. A `null` param is no param, as in the full decode.
     /// `methodAndParam`: where `,"method":"…","param":…` lies, when the param's bytes are what
     /// `JSONWriter` writes for it (and so the whole is what a writer writes for method and param).
-    package mutating func requestHead() -> (id: String, method: String, param: JSONValue?, key: String?, methodAndParam: Range<Int>?)? {
+    ///
+    /// With `plainParams`, a param that is a `plainObject()` is not parsed: `param` is nil and
+    /// `plain` holds it (the caller decodes it from there, or parses it when it needs the value).
+    package mutating func requestHead(plainParams: Bool = false) -> (
+        id: String, method: String, param: JSONValue?, plain: PlainObject?, key: String?, methodAndParam: Range<Int>?
+    )? {
         guard expect(Self.idPrefix.bytes), let id = plainString() else { return nil }
         let methodStart = position
-        guard expect(Self.methodPrefix.bytes), let method = plainString(), expect(Self.paramPrefix.bytes), let value = value(maxDepth: 63)
-        else { return nil }
+        guard expect(Self.methodPrefix.bytes), let method = plainString(), expect(Self.paramPrefix.bytes) else { return nil }
+        let plain = plainParams ? plainObject() : nil
+        let value: JSONValue
+        if plain != nil {
+            value = .object(JSONObject())  // a placeholder, not returned: an empty object allocates nothing
+        } else {
+            guard let parsed = self.value(maxDepth: 63) else { return nil }
+            value = parsed
+        }
         let methodAndParam = written.map { methodStart..<$0.upperBound }
         var key: String?
         if expect(Self.keyPrefix.bytes) {
@@ -103,7 +161,8 @@ package struct EnvelopeScanner {
             key = text
         }
         // Not `value.isNull ? nil : value`: JSONValue is ExpressibleByNilLiteral, so that `nil` is `.null`.
-        return (id, method, value.isNull ? .none : value, key, value.isNull ? nil : methodAndParam)
+        if let plain { return (id, method, nil, plain, key, methodAndParam) }
+        return (id, method, value.isNull ? .none : value, nil, key, value.isNull ? nil : methodAndParam)
     }
 
     private static let idPrefix: StaticString = #"{"id":""#
@@ -113,4 +172,8 @@ package struct EnvelopeScanner {
     package static let seqPrefix: StaticString = #","seq":"#
     package static let crcPrefix: StaticString = #","crc":""#
     package static let closingBrace: StaticString = "}"
+    private static let openBrace: StaticString = "{"
+    private static let quote: StaticString = "\""
+    private static let colonQuote: StaticString = #":""#
+    private static let comma: StaticString = ","
 }

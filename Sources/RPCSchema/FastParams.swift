@@ -4,41 +4,121 @@
 /// does not have, a number where a string goes, a limit that is not plain digits) returns nil and
 /// goes through `Codable`, which decides and words the error.
 
+/// A request's param object of plain strings, as it lies in the request line (`EnvelopeScanner.plainObject`):
+/// `{}` or `{"k":"v",…}`, keys and values printable ASCII without a quote or a backslash, no
+/// whitespace, no repeated key. Decoding a call from it makes no `JSONValue` (for a get, that
+/// tree's array and its release were a fifth of the request path). A view: valid while the line is.
+package struct PlainObject {
+    package let bytes: UnsafeRawBufferPointer
+    /// Its number of pairs.
+    package let count: Int
+    /// Larger objects are parsed as usual.
+    package static let maxPairs = 8
+
+    init(_ bytes: UnsafeRawBufferPointer, count: Int) {
+        self.bytes = bytes
+        self.count = count
+    }
+
+    /// The string at `key`, nil when absent.
+    func string(_ key: String) -> String? {
+        var key = key
+        return key.withUTF8 { wanted in
+            // Each pair is `"key":"value"`: no quote inside either.
+            var i = 1  // past `{`
+            while i + 1 < bytes.count, bytes[i] == UInt8(ascii: "\"") {
+                let keyStart = i + 1
+                var k = keyStart
+                while bytes[k] != UInt8(ascii: "\"") { k += 1 }
+                let valueStart = k + 3  // `":"`
+                var v = valueStart
+                while bytes[v] != UInt8(ascii: "\"") { v += 1 }
+                if k - keyStart == wanted.count, UnsafeRawBufferPointer(rebasing: bytes[keyStart..<k]).elementsEqual(wanted) {
+                    let text = UnsafeRawBufferPointer(rebasing: bytes[valueStart..<v]).assumingMemoryBound(to: UInt8.self)
+                    return _JSONParserState.validatedString(text, ascii: true)
+                }
+                i = v + 2  // past `"` and `,` (or `}`)
+            }
+            return nil
+        }
+    }
+
+    /// The object as a JSON value (what the full parse makes of the same bytes).
+    package var value: JSONValue {
+        // Checked by the scanner: it parses.
+        (try? JSONParser.parse(bytes)) ?? .object(JSONObject())
+    }
+}
+
+/// A call that decodes from a `FastFields` of either source (a parsed object or a `PlainObject`);
+/// `MethodTable` decodes such calls from a plain param without parsing it.
+package protocol FastDecodable: RPCCall {
+    static func decode(fields: inout FastFields) -> Self?
+}
+
+extension FastDecodable {
+    public static func decode(fastParams object: JSONObject) -> Self? {
+        var fields = FastFields(object)
+        return decode(fields: &fields)
+    }
+
+    /// The call from a plain param, nil when it is not exactly the call's fields.
+    package static func decode(plain: PlainObject) -> Self? {
+        var fields = FastFields(plain)
+        return decode(fields: &fields)
+    }
+}
+
 /// Reads a param object's fields by type, counting the keys it used, so that a decoder can tell
-/// the object has no other keys (the parser keeps no duplicate keys).
-struct FastFields {
-    let object: JSONObject
+/// the object has no other keys (the parser keeps no duplicate keys, nor does a plain object).
+package struct FastFields {
+    private enum Source {
+        case parsed(JSONObject)
+        case plain(PlainObject)
+    }
+    private let source: Source
     private var used = 0
 
-    init(_ object: JSONObject) { self.object = object }
+    init(_ object: JSONObject) { source = .parsed(object) }
+    init(_ object: PlainObject) { source = .plain(object) }
 
     /// True when every key of the object was read.
-    var complete: Bool { used == object.count }
+    var complete: Bool {
+        switch source {
+        case .parsed(let object): used == object.count
+        case .plain(let object): used == object.count
+        }
+    }
+
+    private subscript(key: String) -> JSONValue? {
+        switch source {
+        case .parsed(let object): object[key]
+        case .plain(let object): object.string(key).map { .string($0) }
+        }
+    }
 
     /// The string at `key` when it is the object's only key (gets and deletes).
-    static func only(_ key: String, in object: JSONObject) -> String? {
-        var fields = FastFields(object)
-        guard let value = fields.string(key), fields.complete else { return nil }
+    mutating func only(_ key: String) -> String? {
+        guard let value = string(key), complete else { return nil }
         return value
     }
 
     /// A list call's `after` and `limit`, when they are the object's only keys.
-    static func page(in object: JSONObject) -> (after: String?, limit: Int?)? {
-        var fields = FastFields(object)
-        guard let after = fields.optionalString("after"), let limit = fields.optionalInt("limit"), fields.complete else { return nil }
+    mutating func page() -> (after: String?, limit: Int?)? {
+        guard let after = optionalString("after"), let limit = optionalInt("limit"), complete else { return nil }
         return (after, limit)
     }
 
     /// The string at `key`; nil when absent or not a string.
     mutating func string(_ key: String) -> String? {
-        guard case .string(let text)? = object[key] else { return nil }
+        guard case .string(let text)? = self[key] else { return nil }
         used += 1
         return text
     }
 
     /// `.some(nil)` when `key` is absent or null, `.some(text)` for a string, nil for anything else.
     mutating func optionalString(_ key: String) -> String?? {
-        switch object[key] {
+        switch self[key] {
         case nil: return .some(nil)
         case .null?: used += 1; return .some(nil)
         case .string(let text)?: used += 1; return .some(text)
@@ -48,7 +128,7 @@ struct FastFields {
 
     /// Like `optionalString`, for an array of strings.
     mutating func optionalStrings(_ key: String) -> [String]?? {
-        switch object[key] {
+        switch self[key] {
         case nil: return .some(nil)
         case .null?: used += 1; return .some(nil)
         case .array(let items)?:
@@ -66,7 +146,7 @@ struct FastFields {
 
     /// Like `optionalString`, for an integer written as plain decimal digits.
     mutating func optionalInt(_ key: String) -> Int?? {
-        switch object[key] {
+        switch self[key] {
         case nil: return .some(nil)
         case .null?: used += 1; return .some(nil)
         case .number(let text)?:
@@ -78,18 +158,16 @@ struct FastFields {
     }
 }
 
-extension CreateUser {
-    public static func decode(fastParams object: JSONObject) -> CreateUser? {
-        var fields = FastFields(object)
+extension CreateUser: FastDecodable {
+    package static func decode(fields: inout FastFields) -> CreateUser? {
         guard let id = fields.string("id"), let name = fields.string("name"), let email = fields.string("email"), fields.complete
         else { return nil }
         return CreateUser(id: id, name: name, email: email)
     }
 }
 
-extension UpdateUser {
-    public static func decode(fastParams object: JSONObject) -> UpdateUser? {
-        var fields = FastFields(object)
+extension UpdateUser: FastDecodable {
+    package static func decode(fields: inout FastFields) -> UpdateUser? {
         guard let userId = fields.string("userId"), let newName = fields.optionalString("newName"),
             let newEmail = fields.optionalString("newEmail"), fields.complete
         else { return nil }
@@ -97,27 +175,26 @@ extension UpdateUser {
     }
 }
 
-extension DeleteUser {
-    public static func decode(fastParams object: JSONObject) -> DeleteUser? {
-        FastFields.only("userId", in: object).map { DeleteUser(userId: $0) }
+extension DeleteUser: FastDecodable {
+    package static func decode(fields: inout FastFields) -> DeleteUser? {
+        fields.only("userId").map { DeleteUser(userId: $0) }
     }
 }
 
-extension GetUser {
-    public static func decode(fastParams object: JSONObject) -> GetUser? {
-        FastFields.only("userId", in: object).map { GetUser(userId: $0) }
+extension GetUser: FastDecodable {
+    package static func decode(fields: inout FastFields) -> GetUser? {
+        fields.only("userId").map { GetUser(userId: $0) }
     }
 }
 
-extension ListUsers {
-    public static func decode(fastParams object: JSONObject) -> ListUsers? {
-        FastFields.page(in: object).map { ListUsers(after: $0.after, limit: $0.limit) }
+extension ListUsers: FastDecodable {
+    package static func decode(fields: inout FastFields) -> ListUsers? {
+        fields.page().map { ListUsers(after: $0.after, limit: $0.limit) }
     }
 }
 
-extension AddBuilding {
-    public static func decode(fastParams object: JSONObject) -> AddBuilding? {
-        var fields = FastFields(object)
+extension AddBuilding: FastDecodable {
+    package static func decode(fields: inout FastFields) -> AddBuilding? {
         guard let id = fields.string("id"), let name = fields.string("name"), let address = fields.string("address"),
             let residents = fields.optionalStrings("residents"), let residents, fields.complete
         else { return nil }
@@ -125,9 +202,8 @@ extension AddBuilding {
     }
 }
 
-extension UpdateBuilding {
-    public static func decode(fastParams object: JSONObject) -> UpdateBuilding? {
-        var fields = FastFields(object)
+extension UpdateBuilding: FastDecodable {
+    package static func decode(fields: inout FastFields) -> UpdateBuilding? {
         guard let buildingId = fields.string("buildingId"), let newName = fields.optionalString("newName"),
             let newAddress = fields.optionalString("newAddress"), let newResidents = fields.optionalStrings("newResidents"),
             fields.complete
@@ -136,20 +212,20 @@ extension UpdateBuilding {
     }
 }
 
-extension DeleteBuilding {
-    public static func decode(fastParams object: JSONObject) -> DeleteBuilding? {
-        FastFields.only("buildingId", in: object).map { DeleteBuilding(buildingId: $0) }
+extension DeleteBuilding: FastDecodable {
+    package static func decode(fields: inout FastFields) -> DeleteBuilding? {
+        fields.only("buildingId").map { DeleteBuilding(buildingId: $0) }
     }
 }
 
-extension GetBuilding {
-    public static func decode(fastParams object: JSONObject) -> GetBuilding? {
-        FastFields.only("buildingId", in: object).map { GetBuilding(buildingId: $0) }
+extension GetBuilding: FastDecodable {
+    package static func decode(fields: inout FastFields) -> GetBuilding? {
+        fields.only("buildingId").map { GetBuilding(buildingId: $0) }
     }
 }
 
-extension ListBuildings {
-    public static func decode(fastParams object: JSONObject) -> ListBuildings? {
-        FastFields.page(in: object).map { ListBuildings(after: $0.after, limit: $0.limit) }
+extension ListBuildings: FastDecodable {
+    package static func decode(fields: inout FastFields) -> ListBuildings? {
+        fields.page().map { ListBuildings(after: $0.after, limit: $0.limit) }
     }
 }

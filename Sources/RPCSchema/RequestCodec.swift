@@ -28,6 +28,15 @@ public struct Request: Sendable, Equatable {
         self.form = form
         self.key = key
     }
+
+    /// The request with its param parsed from `plain` (a request decoded with its param left
+    /// plain has none); itself when `plain` is nil.
+    package func withParam(from plain: PlainObject?) -> Request {
+        guard let plain else { return self }
+        var request = self
+        request.param = plain.value
+        return request
+    }
 }
 
 /// What one line turned out to be.
@@ -55,7 +64,7 @@ public enum RequestCodec {
     /// `envelopeExtensionKeys` is invalid (`"params"` is a JSON-RPC habit, not a field of ours);
     /// counter-requests are never answered, so theirs are not checked.
     public static func decode(_ line: UnsafeRawBufferPointer) -> DecodedLine {
-        if let (decoded, _) = decodeWritten(line) { return decoded }
+        if let (decoded, _, _) = decodeWritten(line) { return decoded }
         return decodeInFull(line)
     }
 
@@ -64,11 +73,30 @@ public enum RequestCodec {
     /// them instead of writing the param again); nil for a request without a param, and for any
     /// line or param of another shape (whitespace, an escape, a repeated key).
     package static func decode(_ line: UnsafeRawBufferPointer, methodAndParam: inout UnsafeRawBufferPointer?) -> DecodedLine {
-        if let (decoded, range) = decodeWritten(line) {
+        var plain: PlainObject?
+        return decode(line, methodAndParam: &methodAndParam, plainParam: &plain, plainParams: false)
+    }
+
+    /// `decode(_:methodAndParam:)`, and a request's param that is an object of plain strings
+    /// (`PlainObject`) left unparsed: then `plainParam` is set and the request's `param` is nil
+    /// (`Request.withParam(from:)` fills it in). A counter-request always has its param.
+    package static func decode(
+        _ line: UnsafeRawBufferPointer, methodAndParam: inout UnsafeRawBufferPointer?, plainParam: inout PlainObject?
+    ) -> DecodedLine {
+        decode(line, methodAndParam: &methodAndParam, plainParam: &plainParam, plainParams: true)
+    }
+
+    private static func decode(
+        _ line: UnsafeRawBufferPointer, methodAndParam: inout UnsafeRawBufferPointer?, plainParam: inout PlainObject?,
+        plainParams: Bool
+    ) -> DecodedLine {
+        if let (decoded, range, plain) = decodeWritten(line, plainParams: plainParams) {
             methodAndParam = range.map { UnsafeRawBufferPointer(rebasing: line[$0]) }
+            plainParam = plain
             return decoded
         }
         methodAndParam = nil
+        plainParam = nil
         return decodeInFull(line)
     }
 
@@ -89,16 +117,20 @@ public enum RequestCodec {
     /// which the full decode then reads. It accepts nothing the full decode would refuse and reads
     /// it the same way (tests hold the two equal): seq and crc are ignored by both.
     /// With it, where method and param lie when they are what a writer writes for them.
-    static func decodeWritten(_ line: UnsafeRawBufferPointer) -> (DecodedLine, methodAndParam: Range<Int>?)? {
+    static func decodeWritten(
+        _ line: UnsafeRawBufferPointer, plainParams: Bool = false
+    ) -> (DecodedLine, methodAndParam: Range<Int>?, plain: PlainObject?)? {
         var scan = EnvelopeScanner(line)
-        guard let (id, text, param, key, methodAndParam) = scan.requestHead(), let method = RPCMethod(parsing: text),
+        guard let (id, text, param, plain, key, methodAndParam) = scan.requestHead(plainParams: plainParams),
+            let method = RPCMethod(parsing: text),
             !scan.expect(EnvelopeScanner.seqPrefix.bytes) || scan.wholeNumber() != nil,
             !scan.expect(EnvelopeScanner.crcPrefix.bytes) || scan.plainString() != nil,
             scan.expect(EnvelopeScanner.closingBrace.bytes), scan.atEnd
         else { return nil }
-        let counterRequest = method.isCounterRequest
-        let request = Request(id: id, method: method, param: param, form: .canonical, key: counterRequest ? nil : key)
-        return (counterRequest ? .counterRequest(request) : .request(request), methodAndParam)
+        if method.isCounterRequest {
+            return (.counterRequest(Request(id: id, method: method, param: plain?.value ?? param, form: .canonical)), methodAndParam, nil)
+        }
+        return (.request(Request(id: id, method: method, param: param, form: .canonical, key: key)), methodAndParam, plain)
     }
 
     public static func decode(_ value: JSONValue) -> DecodedLine {

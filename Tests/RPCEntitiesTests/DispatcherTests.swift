@@ -88,6 +88,59 @@ private final class Harness {
         #expect(later == #"{"id":"2","method":{"user":{"_0":"listUsersResult"}},"param":{"user":{"listUsersResult":{"users":[]}}}}"#)
     }
 
+    /// A line whose param is an object of plain strings is decoded from its bytes (no `JSONValue`);
+    /// every line gets the reply, and leaves the state, that the parsed request gets.
+    @Test func plainParamsAnswerAsParsedOnes() throws {
+        let lines = [
+            #"{"id":"1","method":"user.createUser","param":{"id":"u1","name":"Ada","email":"a@x"}}"#,
+            #"{"id":"2","method":"user.createUser","param":{"email":"b@x","name":"Bo","id":"u2"}}"#,
+            #"{"id":"3","method":"user.createUser","param":{"id":"u1","name":"Ada","email":"a@x"}}"#,
+            #"{"id":"4","method":"user.createUser","param":{"id":"u3","name":"Cy"}}"#,
+            #"{"id":"5","method":"user.createUser","param":{"id":"u3","name":"Cy","email":"c@x","age":"9"}}"#,
+            #"{"id":"6","method":"user.createUser","param":{"id":"u3","name":"","email":"c@x"}}"#,
+            #"{"id":"7","method":"user.createUser","param":{"id":"u4","name":"Di","email":"d@x"},"key":"k1"}"#,
+            #"{"id":"8","method":"user.createUser","param":{"id":"u4","name":"Di","email":"d@x"},"key":"k1"}"#,
+            #"{"id":"9","method":"user.getUser","param":{"userId":"u2"}}"#,
+            #"{"id":"10","method":"user.getUser","param":{"userid":"u2"}}"#,
+            #"{"id":"11","method":"user.getUser","param":{}}"#,
+            #"{"id":"12","method":"user.getUser","param":{"userId":"u2","x":"y"}}"#,
+            #"{"id":"13","method":"user.updateUser","param":{"userId":"u2","newName":"Bea"}}"#,
+            #"{"id":"14","method":"user.listUsers","param":{"after":"u1"}}"#,
+            #"{"id":"15","method":"user.listUsers","param":{"limit":"2"}}"#,
+            #"{"id":"16","method":"building.addBuilding","param":{"id":"b1","name":"H","address":"A"}}"#,
+            #"{"id":"17","method":"building.getBuilding","param":{"buildingId":"b1"}}"#,
+            #"{"id":"18","method":"user.deleteUser","param":{"userId":"u1"}}"#,
+            #"{"id":"19","method":"user.nope","param":{"userId":"u1"}}"#,
+            #"{"id":"20","method":"system.ping","param":{}}"#,
+            #"{"id":"21","method":"user.getUser","param":{"userId":"u2"},"key":"k2"}"#,
+            #"{"id":"22","method":"user.listUsers","param":{}}"#,
+        ]
+        let plain = Harness()
+        let parsed = Harness()
+        var plainCount = 0
+        for line in lines {
+            let bytes = Array(line.utf8)
+            bytes.withUnsafeBytes { raw in
+                var methodAndParam: UnsafeRawBufferPointer?
+                var plainParam: PlainObject?
+                if case .request(let request) = RequestCodec.decode(raw, methodAndParam: &methodAndParam, plainParam: &plainParam),
+                    plainParam != nil
+                {
+                    plainCount += 1
+                    #expect(request.param == nil, "\(line)")
+                }
+            }
+            guard case .request(let request) = RequestCodec.decode(try JSONParser.parse(bytes)) else {
+                Issue.record("not a request: \(line)")
+                continue
+            }
+            var out: [UInt8] = []
+            _ = parsed.dispatcher.serve(request, session: &parsed.session, into: &out)
+            #expect(plain.send(line) == String(decoding: out.dropLast(), as: UTF8.self), "\(line)")
+        }
+        #expect(plainCount == lines.count, "every param above is plain")
+    }
+
     @Test func counterRequestsAreNotAnswered() {
         let h = Harness()
         #expect(h.send(#"{"id":"1","method":"user.getUserResult","param":{}}"#) == nil)

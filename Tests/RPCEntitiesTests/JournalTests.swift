@@ -94,7 +94,7 @@ struct JournalTests {
             #expect((written != nil) == copied, "\(text)")
             guard let written else { return }
             // What the record holds either way: the copy must be exactly what the writer writes.
-            let copy = JournalRecord.Body(request, methodAndParam: written)
+            let copy = JournalRecord.Body(request, param: request.param, methodAndParam: written)
             #expect(copy.bytes == JournalRecord.Body(request).bytes, "\(text)")
             #expect(copy.digest == JournalRecord.Body(request).digest, "\(text)")
         }
