@@ -29,9 +29,20 @@ package struct EnvelopeScanner {
     /// The rest of a string whose opening quote was consumed, through its closing quote: printable
     /// ASCII without escapes only (nil for anything else, including a `\`).
     package mutating func plainString() -> String? {
-        guard let base = bytes.baseAddress?.assumingMemoryBound(to: UInt8.self) else { return nil }
         let start = position
-        var i = start
+        guard let close = plainEnd(), let base = bytes.baseAddress else { return nil }
+        position = close + 1
+        // Printable ASCII, checked by `plainEnd`: taken without a second check.
+        return _JSONParserState.validatedString(
+            UnsafeBufferPointer(start: base.assumingMemoryBound(to: UInt8.self) + start, count: close - start), ascii: true)
+    }
+
+    /// Where the closing quote of a plain string starting at the position lies (the position
+    /// is not moved); nil if a byte before it is not printable ASCII, or is a backslash.
+    @inline(__always)
+    private func plainEnd() -> Int? {
+        guard let base = bytes.baseAddress?.assumingMemoryBound(to: UInt8.self) else { return nil }
+        var i = position
         // Eight bytes at a time while none is a quote, a backslash, a control byte, DEL or non-ASCII.
         let ones: UInt64 = 0x0101_0101_0101_0101
         let highs: UInt64 = 0x8080_8080_8080_8080
@@ -45,11 +56,7 @@ package struct EnvelopeScanner {
         }
         while i < end {
             let byte = base[i]
-            if byte == UInt8(ascii: "\"") {
-                position = i + 1
-                // Printable ASCII, checked above: taken without a second check.
-                return _JSONParserState.validatedString(UnsafeBufferPointer(start: base + start, count: i - start), ascii: true)
-            }
+            if byte == UInt8(ascii: "\"") { return i }
             guard byte >= 0x20, byte < 0x7F, byte != UInt8(ascii: "\\") else { return nil }
             i += 1
         }
@@ -89,17 +96,9 @@ package struct EnvelopeScanner {
     /// Skips the rest of a plain string whose opening quote was consumed, through its closing
     /// quote (`plainString` without making the string).
     private mutating func plainSpan() -> Bool {
-        var i = position
-        while i < end {
-            let byte = bytes[i]
-            if byte == UInt8(ascii: "\"") {
-                position = i + 1
-                return true
-            }
-            guard byte >= 0x20, byte < 0x7F, byte != UInt8(ascii: "\\") else { return false }
-            i += 1
-        }
-        return false
+        guard let close = plainEnd() else { return false }
+        position = close + 1
+        return true
     }
 
     /// One JSON value starting at the position, nested at most `maxDepth` levels (one less than

@@ -22,20 +22,20 @@ package struct PlainObject {
 
     /// The string at `key`, nil when absent.
     func string(_ key: String) -> String? {
-        var key = key
-        return key.withUTF8 { wanted in
-            // Each pair is `"key":"value"`: no quote inside either.
+        guard let base = bytes.baseAddress?.assumingMemoryBound(to: UInt8.self) else { return nil }
+        return ExactUTF8.withBytes(key) { wanted -> String? in
+            let quote = UInt8(ascii: "\"")
+            // Each pair is `"key":"value"` followed by `,` or `}`: no quote inside either string.
             var i = 1  // past `{`
-            while i + 1 < bytes.count, bytes[i] == UInt8(ascii: "\"") {
+            while i < bytes.count && base[i] == quote {
                 let keyStart = i + 1
                 var k = keyStart
-                while bytes[k] != UInt8(ascii: "\"") { k += 1 }
-                let valueStart = k + 3  // `":"`
+                while base[k] != quote { k += 1 }
+                let valueStart = k + 3  // past `":"`
                 var v = valueStart
-                while bytes[v] != UInt8(ascii: "\"") { v += 1 }
-                if k - keyStart == wanted.count, UnsafeRawBufferPointer(rebasing: bytes[keyStart..<k]).elementsEqual(wanted) {
-                    let text = UnsafeRawBufferPointer(rebasing: bytes[valueStart..<v]).assumingMemoryBound(to: UInt8.self)
-                    return _JSONParserState.validatedString(text, ascii: true)
+                while base[v] != quote { v += 1 }
+                if k - keyStart == wanted.count, (0..<wanted.count).allSatisfy({ base[keyStart + $0] == wanted[$0] }) {
+                    return _JSONParserState.validatedString(UnsafeBufferPointer(start: base + valueStart, count: v - valueStart), ascii: true)
                 }
                 i = v + 2  // past `"` and `,` (or `}`)
             }
