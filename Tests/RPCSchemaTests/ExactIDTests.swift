@@ -42,4 +42,20 @@ import RPCSchema
         }
         #expect(table[ExactID("user-\(String(1_100_000))-same-length")] == nil)
     }
+
+    @Test("a table hashes an id by its fingerprint and its own seed; a table filled in another's order finds each id")
+    func tableHashUsesTheFingerprint() {
+        let a = ExactID("user-1"), b = ExactID(String("xuser-1".dropFirst()))
+        #expect(a._rawHashValue(seed: 7) == b._rawHashValue(seed: 7))
+        #expect(a._rawHashValue(seed: 7) != a._rawHashValue(seed: 8))
+        #expect(a._rawHashValue(seed: 0) == a.fingerprint)
+        // A resize, a copy or a filter walks one table in bucket order into another.
+        var first: [ExactID: Int] = [:]
+        for i in 0..<50_000 { first[ExactID("k\(i)")] = i }
+        var second: [ExactID: Int] = [:]
+        for (key, value) in first where value % 3 != 0 { second[key] = value }
+        #expect(second.count == 50_000 - 16_667)
+        #expect(second.allSatisfy { first[$0.key] == $0.value })
+        #expect(second[ExactID("k3")] == nil && second[ExactID("k4")] == 4)
+    }
 }
