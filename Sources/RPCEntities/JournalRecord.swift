@@ -235,7 +235,8 @@ public enum JournalRecord {
     /// would be inside the envelope).
     static func writtenFields(_ line: UnsafeRawBufferPointer) -> Fields? {
         var scan = EnvelopeScanner(line, end: line.count - sealLength)
-        guard let (id, method, param, _, key, _) = scan.requestHead() else { return nil }
+        guard let (id, methodText, param, _, key, _) = scan.requestHead() else { return nil }
+        let method = scan.text(methodText)
         var seq: UInt64?
         if scan.expect(seqPrefix.bytes) {
             guard let number = scan.wholeNumber() else { return nil }

@@ -93,6 +93,14 @@ package struct EnvelopeScanner {
         return PlainObject(UnsafeRawBufferPointer(rebasing: bytes[start..<position]), count: count)
     }
 
+    /// The text of plain ASCII bytes the scanner checked (a `requestHead`'s method).
+    package func text(_ range: Range<Int>) -> String {
+        _JSONParserState.validatedString(UnsafeRawBufferPointer(rebasing: bytes[range]).assumingMemoryBound(to: UInt8.self), ascii: true)
+    }
+
+    /// The bytes in `range`, a view valid while the scanned line is.
+    package func slice(_ range: Range<Int>) -> UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: bytes[range]) }
+
     /// Skips the rest of a plain string whose opening quote was consumed, through its closing
     /// quote (`plainString` without making the string).
     private mutating func plainSpan() -> Bool {
@@ -138,12 +146,17 @@ package struct EnvelopeScanner {
     ///
     /// With `plainParams`, a param that is a `plainObject()` is not parsed: `param` is nil and
     /// `plain` holds it (the caller decodes it from there, or parses it when it needs the value).
+    /// `method`: where the method's text lies (plain ASCII, checked; `text(_:)` makes it a string).
     package mutating func requestHead(plainParams: Bool = false) -> (
-        id: String, method: String, param: JSONValue?, plain: PlainObject?, key: String?, methodAndParam: Range<Int>?
+        id: String, method: Range<Int>, param: JSONValue?, plain: PlainObject?, key: String?, methodAndParam: Range<Int>?
     )? {
         guard expect(Self.idPrefix.bytes), let id = plainString() else { return nil }
         let methodStart = position
-        guard expect(Self.methodPrefix.bytes), let method = plainString(), expect(Self.paramPrefix.bytes) else { return nil }
+        guard expect(Self.methodPrefix.bytes) else { return nil }
+        let nameStart = position
+        guard plainSpan() else { return nil }
+        let method = nameStart..<(position - 1)
+        guard expect(Self.paramPrefix.bytes) else { return nil }
         let plain = plainParams ? plainObject() : nil
         let value: JSONValue
         if plain != nil {

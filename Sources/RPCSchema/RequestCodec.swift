@@ -121,8 +121,8 @@ public enum RequestCodec {
         _ line: UnsafeRawBufferPointer, plainParams: Bool = false
     ) -> (DecodedLine, methodAndParam: Range<Int>?, plain: PlainObject?)? {
         var scan = EnvelopeScanner(line)
-        guard let (id, text, param, plain, key, methodAndParam) = scan.requestHead(plainParams: plainParams),
-            let method = RPCMethod(parsing: text),
+        guard let (id, methodText, param, plain, key, methodAndParam) = scan.requestHead(plainParams: plainParams),
+            let method = RPCMethod.known(scan.slice(methodText)) ?? RPCMethod(parsing: scan.text(methodText)),
             !scan.expect(EnvelopeScanner.seqPrefix.bytes) || scan.wholeNumber() != nil,
             !scan.expect(EnvelopeScanner.crcPrefix.bytes) || scan.plainString() != nil,
             scan.expect(EnvelopeScanner.closingBrace.bytes), scan.atEnd

@@ -281,6 +281,33 @@ private func fullDecode(_ text: String) -> DecodedLine {
         }
     }
 
+    @Test("a known method is taken from the table as the text would parse; any other text is not known")
+    func knownMethods() {
+        let known = [
+            "user.createUser", "user.getUser", "user.listUsers", "building.addBuilding", "building.getBuildingResult",
+            "system.ping", "system.auth", "system.describeResult", "replication.subscribe", "error.error", "user.createUserResult",
+        ]
+        let unknown = [
+            "", "u", "user.getuser", "user.getUse", "user.getUserr", "user..getUser", "User.getUser", "user.getUser ",
+            "user.nope", "error.errors", "building.getUser", "user.getBuilding", "system.pingResultResult",
+        ]
+        for text in known {
+            let bytes = Array(text.utf8)
+            let method = bytes.withUnsafeBytes { RPCMethod.known($0) }
+            #expect(method != nil && method == RPCMethod(parsing: text), "\(text)")
+            #expect(method?.description == text, "\(text)")
+        }
+        for text in unknown {
+            #expect(Array(text.utf8).withUnsafeBytes { RPCMethod.known($0) } == nil, "\(text)")
+        }
+        // A line with a method outside the table is read as before.
+        guard case .request(let request) = decode(#"{"id":"1","method":"user.nope","param":{}}"#) else {
+            Issue.record("not a request")
+            return
+        }
+        #expect(request.method == RPCMethod("user", "nope"))
+    }
+
     @Test("parsed halves, taken without a second UTF-8 check, equal and hash as the same text built any other way")
     func parsedHalvesCompareAsText() throws {
         for (text, entity, name) in [("user.getUser", "user", "getUser"), ("caf\u{E9}.n\u{E9}", "caf\u{E9}", "n\u{E9}"),
