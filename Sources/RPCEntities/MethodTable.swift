@@ -73,7 +73,11 @@ public struct MethodTable<State>: Sendable {
     /// strings each (short ones: a word or two apiece, nothing retained), where a dictionary
     /// hashed both strings first (~500 instructions a request); both use `String`'s `==`.
     public func entry(for method: RPCMethod) -> Entry? {
-        guard let index = methods.firstIndex(where: { $0.entity == method.entity && $0.name == method.name }) else { return nil }
+        // Lengths first: most names differ in length, and unequal strings of equal length take
+        // `String ==`'s slow path.
+        let length = method.name.utf8.count
+        guard let index = methods.firstIndex(where: { $0.name.utf8.count == length && $0.name == method.name && $0.entity == method.entity })
+        else { return nil }
         return entries[index]
     }
 
