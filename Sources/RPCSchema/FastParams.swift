@@ -29,11 +29,9 @@ package struct PlainObject {
             var i = 1  // past `{`
             while i < bytes.count && base[i] == quote {
                 let keyStart = i + 1
-                var k = keyStart
-                while base[k] != quote { k += 1 }
+                let k = nextQuote(base, from: keyStart)
                 let valueStart = k + 3  // past `":"`
-                var v = valueStart
-                while base[v] != quote { v += 1 }
+                let v = nextQuote(base, from: valueStart)
                 if k - keyStart == wanted.count, (0..<wanted.count).allSatisfy({ base[keyStart + $0] == wanted[$0] }) {
                     return _JSONParserState.validatedString(UnsafeBufferPointer(start: base + valueStart, count: v - valueStart), ascii: true)
                 }
@@ -41,6 +39,22 @@ package struct PlainObject {
             }
             return nil
         }
+    }
+
+    /// The first quote at or after `i` (there is one: the scanner checked the object), eight bytes
+    /// at a time while eight are left.
+    @inline(__always)
+    private func nextQuote(_ base: UnsafePointer<UInt8>, from i: Int) -> Int {
+        var i = i
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        while i + 8 <= bytes.count {
+            let word = UInt64(littleEndian: UnsafeRawPointer(base + i).loadUnaligned(as: UInt64.self)) ^ (ones &* 0x22)
+            let zero = (word &- ones) & ~word & (ones &* 0x80)
+            if zero != 0 { return i + zero.trailingZeroBitCount / 8 }
+            i += 8
+        }
+        while base[i] != UInt8(ascii: "\"") { i += 1 }
+        return i
     }
 
     /// The object as a JSON value (what the full parse makes of the same bytes).
