@@ -17,7 +17,7 @@ import Darwin
 /// buffer per loop, not per connection, keeps idle connections small.
 public final class EventLoop: @unchecked Sendable {
     // @unchecked: every `var` is touched only on `queue`, which is serial (preconditionOnLoop);
-    // `registered` skips the run-time exclusivity check for the same reason.
+    // `slots` and `generations` skip the run-time exclusivity check for the same reason.
     public let queue: DispatchQueue
     /// Its place in its group (0 for a loop on its own).
     public let index: Int
@@ -25,8 +25,13 @@ public final class EventLoop: @unchecked Sendable {
     private let selector: Selector
     private var source: (any DispatchSourceRead)?
     private let events: UnsafeMutableBufferPointer<Selector.Event>
-    @exclusivity(unchecked) private var registered: [UInt64: Connection] = [:]
-    private var nextToken: UInt64 = 1
+    /// Registered connections by slot. A connection's token is its slot plus one (token 0 is the
+    /// wake pipe) and, in the high half, the slot's generation, bumped each time the slot is
+    /// taken: an event still queued for a connection that left finds nothing, even once its slot
+    /// is someone else's. An array, not a dictionary by token: no hashing per event.
+    @exclusivity(unchecked) private var slots: [Connection?] = []
+    @exclusivity(unchecked) private var generations: [UInt32] = []
+    private var freeSlots: [Int] = []
     /// Uptime in nanoseconds at the start of the current turn (one clock read per turn).
     public private(set) var now: UInt64
 
@@ -163,7 +168,7 @@ public final class EventLoop: @unchecked Sendable {
         while true {
             let n = selector.poll(into: events, waitNanoseconds: wait) { token, ready in
                 if token == 0 { return woken() }
-                registered[token]?.ready(ready)
+                connection(token)?.ready(ready)
             }
             if n > 0 { now = DispatchTime.now().uptimeNanoseconds }
             total += n
@@ -177,11 +182,32 @@ public final class EventLoop: @unchecked Sendable {
 
     func register(_ fd: Int32, interest: IOInterest, _ connection: Connection) throws(Errno) -> UInt64 {
         preconditionOnLoop()
-        let token = nextToken
-        nextToken &+= 1
-        try selector.add(fd, token: token, interest: interest)
-        registered[token] = connection
+        let slot: Int
+        if let free = freeSlots.popLast() {
+            slot = free
+        } else {
+            slot = slots.count
+            slots.append(nil)
+            generations.append(0)
+        }
+        generations[slot] &+= 1
+        let token = UInt64(generations[slot]) << 32 | UInt64(slot + 1)
+        do {
+            try selector.add(fd, token: token, interest: interest)
+        } catch {
+            freeSlots.append(slot)
+            throw error
+        }
+        slots[slot] = connection
         return token
+    }
+
+    /// The connection a token names, nil once it left.
+    @inline(__always)
+    func connection(_ token: UInt64) -> Connection? {
+        let slot = Int(truncatingIfNeeded: token & 0xFFFF_FFFF) &- 1
+        guard slot >= 0, slot < slots.count, UInt64(generations[slot]) == token >> 32 else { return nil }
+        return slots[slot]
     }
 
     func reregister(_ fd: Int32, token: UInt64, interest: IOInterest) throws(Errno) {
@@ -193,7 +219,10 @@ public final class EventLoop: @unchecked Sendable {
     func deregister(_ fd: Int32, token: UInt64) {
         preconditionOnLoop()
         selector.remove(fd)
-        registered[token] = nil
+        let slot = Int(truncatingIfNeeded: token & 0xFFFF_FFFF) &- 1
+        guard slot >= 0, slot < slots.count, UInt64(generations[slot]) == token >> 32, slots[slot] != nil else { return }
+        slots[slot] = nil
+        freeSlots.append(slot)
     }
 
     // MARK: - Input budget
@@ -203,7 +232,7 @@ public final class EventLoop: @unchecked Sendable {
     func inputChanged(by delta: Int) {
         bufferedInput += delta
         guard bufferedInput > inputBudget else { return }
-        let holders = registered.values.filter { $0.bufferedInputBytes > 0 }
+        let holders = slots.compactMap { $0 }.filter { $0.bufferedInputBytes > 0 }
             .sorted { $0.bufferedInputBytes > $1.bufferedInputBytes }
         for connection in holders where bufferedInput > inputBudget {
             let bytes = connection.bufferedInputBytes

@@ -72,6 +72,45 @@ import Glibc
         #expect(echo.reason == .finished)
     }
 
+    /// A loop names its connections by slot and generation: once a connection leaves, its token
+    /// names no one, even after a new connection takes the same slot (an event already queued for
+    /// the old one must not reach the new one).
+    @Test func aTokenOfAConnectionThatLeftNamesNoOne() throws {
+        let loop = try EventLoop(label: "test")
+        let (a, peerA) = try pair()
+        let (b, peerB) = try pair()
+        defer {
+            close(peerA)
+            close(peerB)
+            close(a)
+            close(b)
+        }
+        let echo = Echo()
+        let first = Connection(fd: a, id: 1, peer: nil, loop: loop, limits: .init(), delegate: echo)
+        let second = Connection(fd: b, id: 2, peer: nil, loop: loop, limits: .init(), delegate: echo)
+        loop.queue.sync {
+            guard let old = try? loop.register(a, interest: .read, first) else {
+                Issue.record("register a")
+                return
+            }
+            #expect(loop.connection(old) === first)
+            loop.deregister(a, token: old)
+            #expect(loop.connection(old) == nil)
+            guard let new = try? loop.register(b, interest: .read, second) else {
+                Issue.record("register b")
+                return
+            }
+            #expect(new & 0xFFFF_FFFF == old & 0xFFFF_FFFF, "the freed slot is taken again")
+            #expect(new != old)
+            #expect(loop.connection(old) == nil, "the old token names no one")
+            #expect(loop.connection(new) === second)
+            loop.deregister(a, token: old)  // a second goodbye for the old token changes nothing
+            #expect(loop.connection(new) === second)
+            #expect(loop.connection(0) == nil && loop.connection(UInt64.max) == nil)
+            loop.deregister(b, token: new)
+        }
+    }
+
     @Test func oversizeLineIsReportedAndTheNextServed() throws {
         let (server, peer) = try pair()
         defer { close(peer) }
