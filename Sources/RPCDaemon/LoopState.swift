@@ -36,7 +36,12 @@ final class LoopState: @unchecked Sendable {
     /// Replies released by journal fsyncs, handed to this loop in one hop per batch.
     let released: ReleasedReplies
     private var connections: [UInt64: Connection] = [:]
-    private var counts: [RPCMethod: Count] = [:]
+    /// Unchecked exclusivity, like the batch's arrays: one queue, no overlapping access, and the
+    /// run-time check cost every request's count a thread-local lookup.
+    @exclusivity(unchecked) private var counts: [RPCMethod: Count] = [:]
+    /// The method counted last and its count since, added to `counts` when another comes: a
+    /// peer's read is mostly one method, and finding it in `counts` hashed both its strings.
+    @exclusivity(unchecked) private var run: (method: RPCMethod, count: Count)?
     /// Bytes of connections already closed.
     private var closedBytesIn: UInt64 = 0
     private var closedBytesOut: UInt64 = 0
@@ -61,13 +66,27 @@ final class LoopState: @unchecked Sendable {
     }
 
     func count(_ method: RPCMethod, failed: Bool) {
+        if let current = run, current.method == method {
+            run?.count.requests += 1
+            if failed { run?.count.errors += 1 }
+            return
+        }
         loop.preconditionOnLoop()
-        counts[method, default: Count()].requests += 1
-        if failed { counts[method, default: Count()].errors += 1 }
+        endRun()
+        run = (method, Count(requests: 1, errors: failed ? 1 : 0))
+    }
+
+    /// Adds the current run of one method to `counts`.
+    private func endRun() {
+        guard let (method, count) = run else { return }
+        counts[method, default: Count()].requests += count.requests
+        counts[method, default: Count()].errors += count.errors
+        run = nil
     }
 
     func snapshot() -> Snapshot {
         loop.preconditionOnLoop()
+        endRun()
         var snapshot = Snapshot(methods: counts, bytesIn: closedBytesIn, bytesOut: closedBytesOut, idleClosed: idleClosed)
         for connection in connections.values {
             snapshot.bytesIn &+= connection.bytesIn

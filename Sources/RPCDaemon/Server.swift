@@ -59,7 +59,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         @exclusivity(unchecked) var session = Dispatcher.Session()
         @exclusivity(unchecked) var scratch: [UInt8] = []
         /// Set once the connection subscribed to the change feed.
-        var subscriber: Subscriber?
+        @exclusivity(unchecked) var subscriber: Subscriber?
     }
 
     init(

@@ -82,8 +82,10 @@ public final class Connection: @unchecked Sendable {
     public let peer: SocketAddress?
     public let limits: Limits
     public var queue: DispatchQueue { loop.queue }
-    /// The owner's per-connection state (e.g. the wire form of the first request).
-    public var context: AnyObject?
+    /// The owner's per-connection state (e.g. the wire form of the first request). Set before
+    /// `start()`, read on the loop: unchecked exclusivity, as no access overlaps another (the
+    /// run-time check was a thread-local lookup per line).
+    @exclusivity(unchecked) public var context: AnyObject?
     /// Uptime (in nanoseconds) of the last byte read or written; for idle timeouts.
     public private(set) var lastActivityAt: UInt64
     /// Bytes read from and sent to the peer (for statistics). Read on the loop queue.
@@ -95,7 +97,7 @@ public final class Connection: @unchecked Sendable {
     /// Strong, and let go at close (which ends the cycle with an owner that keeps its
     /// connections). Not `weak`: a weak reference gives the delegate a side table, and every
     /// retain and release of it (a few per line, from every loop) then takes the runtime's slow path.
-    private var delegate: (any ConnectionDelegate)?
+    @exclusivity(unchecked) private var delegate: (any ConnectionDelegate)?
     @exclusivity(unchecked) private var framer: LineFramer
     /// The framer's unfinished input as last reported to the loop's budget.
     private var reportedInput = 0
