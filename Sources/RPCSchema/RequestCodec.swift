@@ -86,6 +86,7 @@ public enum RequestCodec {
         decode(line, methodAndParam: &methodAndParam, plainParam: &plainParam, plainParams: true)
     }
 
+    @inline(__always)
     private static func decode(
         _ line: UnsafeRawBufferPointer, methodAndParam: inout UnsafeRawBufferPointer?, plainParam: inout PlainObject?,
         plainParams: Bool
@@ -117,6 +118,7 @@ public enum RequestCodec {
     /// which the full decode then reads. It accepts nothing the full decode would refuse and reads
     /// it the same way (tests hold the two equal): seq and crc are ignored by both.
     /// With it, where method and param lie when they are what a writer writes for them.
+    @inline(__always)
     static func decodeWritten(
         _ line: UnsafeRawBufferPointer, plainParams: Bool = false
     ) -> (DecodedLine, methodAndParam: Range<Int>?, plain: PlainObject?)? {
