@@ -205,9 +205,15 @@ public final class EventLoop: @unchecked Sendable {
     /// The connection a token names, nil once it left.
     @inline(__always)
     func connection(_ token: UInt64) -> Connection? {
+        slot(of: token).flatMap { slots[$0] }
+    }
+
+    /// The slot a token names while the slot's generation is still the token's; nil otherwise.
+    @inline(__always)
+    private func slot(of token: UInt64) -> Int? {
         let slot = Int(truncatingIfNeeded: token & 0xFFFF_FFFF) &- 1
         guard slot >= 0, slot < slots.count, UInt64(generations[slot]) == token >> 32 else { return nil }
-        return slots[slot]
+        return slot
     }
 
     func reregister(_ fd: Int32, token: UInt64, interest: IOInterest) throws(Errno) {
@@ -219,8 +225,7 @@ public final class EventLoop: @unchecked Sendable {
     func deregister(_ fd: Int32, token: UInt64) {
         preconditionOnLoop()
         selector.remove(fd)
-        let slot = Int(truncatingIfNeeded: token & 0xFFFF_FFFF) &- 1
-        guard slot >= 0, slot < slots.count, UInt64(generations[slot]) == token >> 32, slots[slot] != nil else { return }
+        guard let slot = slot(of: token), slots[slot] != nil else { return }
         slots[slot] = nil
         freeSlots.append(slot)
     }
