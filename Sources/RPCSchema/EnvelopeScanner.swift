@@ -77,7 +77,8 @@ package struct EnvelopeScanner {
                 let keyStart = position + 1
                 guard count < keys.count, expect(Self.quote.bytes), plainSpan() else { return nil }
                 let key = keyStart..<(position - 1)
-                guard !keys[..<count].contains(where: { bytes[$0].elementsEqual(bytes[key]) }), expect(Self.colonQuote.bytes), plainSpan()
+                guard !keys[..<count].contains(where: { $0.count == key.count && ExactUTF8.compare(utf8($0), utf8(key)) == 0 }),
+                    expect(Self.colonQuote.bytes), plainSpan()
                 else { return nil }
                 keys.initializeElement(at: count, to: key)
                 count += 1
@@ -93,9 +94,14 @@ package struct EnvelopeScanner {
         return PlainObject(UnsafeRawBufferPointer(rebasing: bytes[start..<position]), count: count)
     }
 
+    /// The bytes in `range` as UTF-8 code units.
+    private func utf8(_ range: Range<Int>) -> UnsafeBufferPointer<UInt8> {
+        UnsafeRawBufferPointer(rebasing: bytes[range]).assumingMemoryBound(to: UInt8.self)
+    }
+
     /// The text of plain ASCII bytes the scanner checked (a `requestHead`'s method).
     package func text(_ range: Range<Int>) -> String {
-        _JSONParserState.validatedString(UnsafeRawBufferPointer(rebasing: bytes[range]).assumingMemoryBound(to: UInt8.self), ascii: true)
+        _JSONParserState.validatedString(utf8(range), ascii: true)
     }
 
     /// The bytes in `range`, a view valid while the scanned line is.

@@ -32,7 +32,7 @@ package struct PlainObject {
                 let k = nextQuote(base, from: keyStart)
                 let valueStart = k + 3  // past `":"`
                 let v = nextQuote(base, from: valueStart)
-                if k - keyStart == wanted.count, (0..<wanted.count).allSatisfy({ base[keyStart + $0] == wanted[$0] }) {
+                if k - keyStart == wanted.count, ExactUTF8.compare(UnsafeBufferPointer(start: base + keyStart, count: k - keyStart), wanted) == 0 {
                     return _JSONParserState.validatedString(UnsafeBufferPointer(start: base + valueStart, count: v - valueStart), ascii: true)
                 }
                 i = v + 2  // past `"` and `,` (or `}`)
