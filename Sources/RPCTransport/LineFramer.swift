@@ -1,3 +1,9 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// Splits a byte stream into lines: `\n` ends a line, a `\r` before it is dropped, blank lines are
 /// skipped. A pure value over bytes (swift-nio-extras `LineBasedFrameDecoder`), so every split point
 /// can be tested without a socket.
@@ -68,6 +74,9 @@ public struct LineFramer: Sendable {
         partial.append(contentsOf: UnsafeRawBufferPointer(rebasing: chunk[start..<end]))
     }
 
+    // Inlined into `feed`: as its own (closure-specialized) function it took the emit closure's
+    // captures (the connection and its delegate) owned, a retain and a release of each per line.
+    @inline(__always)
     private func emitLine(_ raw: UnsafeRawBufferPointer, _ emit: (Frame) throws -> Void) rethrows {
         var line = raw
         if let last = line.last, last == 0x0D {
@@ -86,13 +95,11 @@ public struct LineFramer: Sendable {
         return true
     }
 
+    /// libc's `memchr`, which reads a word or a vector at a time where a loop over the bytes read
+    /// one (a read holds tens of lines under pipelining, each scanned for its end).
     private static func index(of byte: UInt8, in buffer: UnsafeRawBufferPointer, from start: Int) -> Int? {
-        var i = start
-        let n = buffer.count
-        while i < n {
-            if buffer[i] == byte { return i }
-            i += 1
-        }
-        return nil
+        guard start < buffer.count, let base = buffer.baseAddress else { return nil }
+        guard let found = memchr(base + start, Int32(byte), buffer.count - start) else { return nil }
+        return base.distance(to: UnsafeRawPointer(found))
     }
 }
