@@ -56,10 +56,21 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     /// Per-connection state kept in `Connection.context`.
     /// Confined to the connection's loop; `@exclusivity(unchecked)` as `TurnBatch`'s arrays are.
     private final class SessionBox {
+        /// The connection's loop's batch and counters (a connection stays on its loop), unretained:
+        /// the server's `turns` and `loopStates` keep them for its lifetime. Borrowed per line
+        /// (`_withUnsafeGuaranteedRef`) where looking them up by the loop's index, or reading
+        /// strong references, cost a retain and a release of each a line.
+        let turn: Unmanaged<TurnBatch>
+        let stats: Unmanaged<LoopState>
         @exclusivity(unchecked) var session = Dispatcher.Session()
         @exclusivity(unchecked) var scratch: [UInt8] = []
         /// Set once the connection subscribed to the change feed.
         @exclusivity(unchecked) var subscriber: Subscriber?
+
+        init(turn: TurnBatch, stats: LoopState) {
+            self.turn = Unmanaged.passUnretained(turn)
+            self.stats = Unmanaged.passUnretained(stats)
+        }
     }
 
     init(
@@ -155,7 +166,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             totalConnections += 1
             let connection = Connection(
                 fd: fd, id: nextID, peer: peer, loop: loops.nextLoop(), limits: limits, delegate: self)
-            let box = SessionBox()
+            let box = SessionBox(turn: turns[connection.loop.index], stats: loopStates[connection.loop.index])
             box.session.peer = who
             if case .admit(let role, let principal) = decision {
                 box.session.role = role
@@ -222,15 +233,19 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
 
     func connection(_ connection: Connection, didReceive line: UnsafeRawBufferPointer) {
         guard let box = connection.context as? SessionBox else { return }
+        box.turn._withUnsafeGuaranteedRef { turn in
+            box.stats._withUnsafeGuaranteedRef { stats in receive(line, on: connection, box: box, turn: turn, stats: stats) }
+        }
+    }
+
+    private func receive(_ line: UnsafeRawBufferPointer, on connection: Connection, box: SessionBox, turn: TurnBatch, stats: LoopState) {
         box.scratch.removeAll(keepingCapacity: true)
-        let stats = loopState(connection)
         if let subscriber = box.subscriber, let seq = Self.acknowledgement(line) {
             // A subscriber's acknowledgement, read without parsing its param (one per record).
             return subscriber.acknowledged(seq)
         }
         let disposition: Dispatcher.Disposition
         var requestID = ""
-        let turn = turns[connection.loop.index]
         var methodAndParam: UnsafeRawBufferPointer?
         var plainParam: PlainObject?
         switch RequestCodec.decode(line, methodAndParam: &methodAndParam, plainParam: &plainParam) {
