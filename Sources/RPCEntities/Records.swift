@@ -53,7 +53,8 @@ public struct Records<Record: Sendable>: Sendable {
     @inline(__always)
     private func lookup(_ key: ExactID, in shard: Int) -> Record? {
         if !overlays[shard].isEmpty, let changed = overlays[shard][key] { return changed }
-        return shards[shard].records[key]
+        // The box borrowed, not retained: `shards` holds it, and nothing changes it during a lookup.
+        return Unmanaged.passUnretained(shards[shard])._withUnsafeGuaranteedRef { $0.records[key] }
     }
 
     /// True when shard `s` may change in place (no copy reads it), its overlay folded in first;
