@@ -53,6 +53,16 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     /// `system.stats` `replication` (leader or follower figures).
     var replicationStats: (@Sendable () -> ReplicationStats?)?
 
+    /// Each loop's share of `maxInputBytes`, at least one line of `maxFrameBytes` and the byte a
+    /// framer may hold past it; `raised` when that floor, not the even split, set it. The settings'
+    /// ranges keep both terms far from overflow (a frame is at most 64 MiB).
+    static func inputShare(maxInputBytes: Int, loops: Int, maxFrameBytes: Int) -> (share: Int, raised: Bool) {
+        let even = max(1, maxInputBytes / max(1, loops))
+        let floor = maxFrameBytes.addingReportingOverflow(2)
+        let oneLine = floor.overflow ? Int.max : floor.partialValue
+        return even >= oneLine ? (even, false) : (oneLine, true)
+    }
+
     /// Per-connection state kept in `Connection.context`.
     /// Confined to the connection's loop; `@exclusivity(unchecked)` as `TurnBatch`'s arrays are.
     private final class SessionBox {
@@ -86,10 +96,18 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         self.limits = limits
         self.loops = try EventLoopGroup(count: loopCount)
         // The daemon-wide budget for unfinished lines, split evenly over the loops (connections
-        // are dealt round-robin), so each loop checks its share without a lock.
-        let share = max(1, maxInputBytes / loops.loops.count)
+        // are dealt round-robin), so each loop checks its share without a lock. A share always
+        // fits one line of `max_frame_bytes` (and the `\r` a framer may hold past it): a peer
+        // sending one legitimate line alone is never shed, whatever the loop count.
+        let (share, raised) = Self.inputShare(maxInputBytes: maxInputBytes, loops: loops.loops.count, maxFrameBytes: limits.maxFrameBytes)
         for loop in loops.loops {
             loop.inputBudget = share
+        }
+        if raised {
+            log.warning(
+                "max_input_bytes (\(maxInputBytes)) split over \(loops.loops.count) event loops leaves less than one line of max_frame_bytes "
+                    + "(\(limits.maxFrameBytes)) to each; each loop keeps room for one such line, so unfinished lines may hold up to "
+                    + "\(share.multipliedReportingOverflow(by: loops.loops.count).partialValue) bytes in all: raise max_input_bytes or lower max_frame_bytes or event_loops")
         }
         self.log = log
         self.maxConnections = maxConnections

@@ -173,4 +173,21 @@ struct InputBudgetTests {
             #expect(try probe.request(#"{"id":"p","method":"system.ping"}"#).contains("pingResult"))
         }
     }
+
+    @Test("a loop's share of the budget always fits one line of max_frame_bytes: four loops, 1 MiB in all, one 700 KB line is served")
+    func oneMaximalLineIsNeverShed() throws {
+        // An even split gives each of the four loops 256 KiB, less than one legitimate line.
+        try withDaemon(extraArguments: ["--event-loops", "4", "--max-input-bytes", "1MiB", "--max-frame-bytes", "1MiB"]) { daemon in
+            #expect(
+                daemon.stderrEventually(contains: "leaves less than one line of max_frame_bytes"),
+                "no warning that the split was raised: \(daemon.stderrTail())")
+            let c = try LineClient(port: daemon.port, timeout: 5)
+            try c.send(#"{"id":"big","method":"user.getUser","param":{"userId":""# + String(repeating: "x", count: 700_000))
+            usleep(100_000)  // the daemon holds the unfinished line meanwhile
+            try c.send("\"}}\n")
+            let reply = try c.expectLine()
+            #expect(reply.contains(#""id":"big""#), "the 700 KB line got no reply of its own: \(reply.prefix(200))")
+            #expect(!daemon.stderrTail().contains("unfinished input"), "the peer was shed: \(daemon.stderrTail())")
+        }
+    }
 }

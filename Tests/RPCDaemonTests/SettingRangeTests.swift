@@ -117,3 +117,22 @@ struct SettingRangeTests {
         #expect(Config.render(fromFile).contains("\nevent_loops = 3\n"))
     }
 }
+
+@Suite struct InputShareTests {
+    @Test func anEvenSplitThatFitsALineIsKept() {
+        let split = Server.inputShare(maxInputBytes: 256 << 20, loops: 4, maxFrameBytes: 1 << 20)
+        #expect(split.share == 64 << 20 && !split.raised)
+    }
+
+    @Test func aSplitBelowOneLineIsRaisedToOneLine() {
+        let split = Server.inputShare(maxInputBytes: 1 << 20, loops: 4, maxFrameBytes: 1 << 20)
+        #expect(split.share == (1 << 20) + 2 && split.raised)
+        let many = Server.inputShare(maxInputBytes: 1 << 20, loops: 256, maxFrameBytes: 64 << 20)
+        #expect(many.share == (64 << 20) + 2 && many.raised)
+    }
+
+    @Test func extremesNeitherTrapNorDivideByZero() {
+        #expect(Server.inputShare(maxInputBytes: .max, loops: 0, maxFrameBytes: .max).share == .max)
+        #expect(Server.inputShare(maxInputBytes: 0, loops: 1, maxFrameBytes: 64).share == 66)
+    }
+}
