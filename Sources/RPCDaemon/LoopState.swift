@@ -160,14 +160,14 @@ final class ReleasedReplies: @unchecked Sendable {
     // @unchecked: `items` and `scheduled` are guarded by `lock`; `loop` is immutable.
     private let loop: EventLoop
     private let lock = NSLock()
-    private var items: [(connection: Connection, slot: UInt64, reply: [UInt8])] = []
+    private var items: [(connection: Connection, slot: UInt64, reply: ArraySlice<UInt8>)] = []
     private var scheduled = false
 
     init(loop: EventLoop) { self.loop = loop }
 
     /// Queues filled slots under one hold of the lock (a turn's replies); the first since the loop
     /// last delivered schedules the delivery.
-    func add(_ replies: some Collection<(Connection, UInt64, [UInt8])>) {
+    func add(_ replies: some Collection<(Connection, UInt64, ArraySlice<UInt8>)>) {
         guard !replies.isEmpty else { return }
         let schedule: Bool = lock.withLock {
             for (connection, slot, reply) in replies { items.append((connection, slot, reply)) }

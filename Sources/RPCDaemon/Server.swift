@@ -309,8 +309,8 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         case .reply:
             send(box.scratch[...], id: requestID, form: box.session.form ?? .canonical, on: connection)
         case .replyAfter(let ticket, let id):
-            let waiting = DurableReply(connection, connection.reserve(), box.scratch, id, box.session.form ?? .canonical)
-            release([waiting], after: ticket, to: loopState(connection).released)
+            let waiting = DurableReply(connection, connection.reserve(), box.scratch.indices, id, box.session.form ?? .canonical)
+            release([waiting], in: box.scratch, after: ticket, to: loopState(connection).released)
         case .replyLater(let start):
             let slot = connection.reserve()
             start { line in connection.queue.async { connection.fill(slot, with: line) } }
@@ -389,6 +389,9 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         var index = 0
         var durable: UInt64 = 0
         var waiting: [DurableReply] = []
+        // Every reply that waits for the journal, in one buffer the released items share (one
+        // allocation a batch, where copying each reply out cost one a mutation).
+        var durableReplies: [UInt8] = []
         while index < turn.entries.count {
             turn.out.removeAll(keepingCapacity: true)
             turn.outcomes.removeAll(keepingCapacity: true)
@@ -421,7 +424,9 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
                     send(reply, id: entry.id, form: entry.form, on: entry.connection)
                     entry.connection.flushIfLarge()
                 case .replyAfter(let ticket, let id):
-                    waiting.append((entry.connection, entry.connection.reserve(), Array(reply), id, entry.form))
+                    let start = durableReplies.count
+                    durableReplies.append(contentsOf: reply)
+                    waiting.append((entry.connection, entry.connection.reserve(), start..<durableReplies.count, id, entry.form))
                     durable = max(durable, ticket)
                 case .none, .replyLater:
                     break  // not from a staged request
@@ -433,28 +438,28 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             // in one turn (more mutations per fsync) than one by one as they come.
             stats.loop.lingerDeclined = true
             // Tickets grow with the journal: the batch's last is durable only after every earlier one.
-            release(waiting, after: durable, to: stats.released)
+            release(waiting, in: durableReplies, after: durable, to: stats.released)
         }
         turn.reset { $0.endDeferredReplies() }
     }
 
     /// A reply held in its reserved slot until the journal has its mutation.
-    private typealias DurableReply = (connection: Connection, slot: UInt64, reply: [UInt8], id: String, form: WireForm)
+    private typealias DurableReply = (connection: Connection, slot: UInt64, reply: Range<Int>, id: String, form: WireForm)
 
     /// Fills each reply's slot once `ticket` is durable, or, if it never can be, with an error
     /// saying the change may be lost.
-    private func release(_ waiting: [DurableReply], after ticket: UInt64, to released: ReleasedReplies) {
+    private func release(_ waiting: [DurableReply], in replies: [UInt8], after ticket: UInt64, to released: ReleasedReplies) {
         durability?.whenDurable(ticket) { failure in
             guard let failure else {
                 // The whole turn's replies under one hold of the loop's lock, not one each.
-                return released.add(waiting.lazy.map { ($0.connection, $0.slot, $0.reply) })
+                return released.add(waiting.lazy.map { ($0.connection, $0.slot, replies[$0.reply]) })
             }
             released.add(waiting.map { item in
                 var error: [UInt8] = []
                 RequestCodec.encodeError(
                     id: item.id, .internal("the change was applied but not saved: \(failure); it may be lost on restart"),
                     form: item.form, into: &error)
-                return (item.connection, item.slot, error)
+                return (item.connection, item.slot, error[...])
             })
         }
     }

@@ -342,11 +342,23 @@ public final class Connection: @unchecked Sendable {
     /// Fills a reserved place, and sends every reply that no longer waits (now, or at the caller's
     /// `flush()` when it fills several at once). Call on the loop queue.
     public func fill(_ slot: UInt64, with bytes: [UInt8], flush flushNow: Bool = true) {
+        fill(slot, with: bytes[...], flush: flushNow)
+    }
+
+    /// `fill(_:with:flush:)` with a part of a buffer (replies released together share one). The
+    /// first slot held, the usual case, goes straight to the output; a later one is copied until
+    /// its turn comes.
+    public func fill(_ slot: UInt64, with bytes: ArraySlice<UInt8>, flush flushNow: Bool = true) {
         loop.preconditionOnLoop()
         guard closeReason == nil, let index = held.firstIndex(where: { $0.slot == slot }) else { return }
-        held[index].bytes = bytes
-        heldBytes += bytes.count
         var ready = 0
+        if index == 0 {
+            outbound.append(bytes)
+            ready = 1
+        } else {
+            held[index].bytes = Array(bytes)
+            heldBytes += bytes.count
+        }
         while ready < held.count, let bytes = held[ready].bytes {
             outbound.append(bytes)
             heldBytes -= bytes.count

@@ -21,6 +21,11 @@ public struct OutboundBuffer: Sendable {
         bytes.append(contentsOf: data)
     }
 
+    public mutating func append(_ data: ArraySlice<UInt8>) {
+        compactIfWorthIt()
+        bytes.append(contentsOf: data)
+    }
+
     /// Appends in place: `body` writes straight into the buffer (no intermediate copy).
     public mutating func append(_ body: (inout [UInt8]) -> Void) {
         compactIfWorthIt()

@@ -146,6 +146,29 @@ import Glibc
         #expect(echo.closed.wait(timeout: .now() + 5) == .success)
     }
 
+    /// Slots filled out of order from parts of one buffer (replies released by one fsync share
+    /// it): the first held slot goes straight out, later ones wait for it, copied.
+    @Test func slotsFilledOutOfOrderFromOneBufferLeaveInReservedOrder() throws {
+        let (server, peer) = try pair()
+        defer { close(peer) }
+        let echo = Echo()
+        let loop = try EventLoop(label: "test")
+        let connection = Connection(fd: server, id: 4, peer: nil, loop: loop, limits: .init(), delegate: echo)
+        connection.start()
+        loop.queue.sync {
+            let slots = (0..<3).map { _ in connection.reserve() }
+            connection.send(Array("fourth\n".utf8))
+            let shared = Array("first\nsecond\nthird\n".utf8)
+            connection.fill(slots[2], with: shared[13..<19], flush: false)
+            connection.fill(slots[1], with: shared[6..<13])
+            connection.fill(slots[0], with: shared[0..<6])
+            connection.finish()
+        }
+        shutdown(peer, Int32(SHUT_WR))
+        #expect(readAll(peer) == "first\nsecond\nthird\nfourth\n")
+        #expect(echo.closed.wait(timeout: .now() + 5) == .success)
+    }
+
     /// An owner that keeps its connection, as a client keeps its until it reconnects.
     final class Keeper: Echo, @unchecked Sendable {
         var connection: Connection?
