@@ -310,7 +310,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             send(box.scratch[...], id: requestID, form: box.session.form ?? .canonical, on: connection)
         case .replyAfter(let ticket, let id):
             let waiting = DurableReply(connection, connection.reserve(), box.scratch.indices, id, box.session.form ?? .canonical)
-            release([waiting], in: box.scratch, after: ticket, to: loopState(connection).released)
+            release([waiting], in: box.scratch, after: ticket, to: stats.released)
         case .replyLater(let start):
             let slot = connection.reserve()
             start { line in connection.queue.async { connection.fill(slot, with: line) } }

@@ -95,9 +95,7 @@ package struct EnvelopeScanner {
     }
 
     /// The bytes in `range` as UTF-8 code units.
-    private func utf8(_ range: Range<Int>) -> UnsafeBufferPointer<UInt8> {
-        UnsafeRawBufferPointer(rebasing: bytes[range]).assumingMemoryBound(to: UInt8.self)
-    }
+    private func utf8(_ range: Range<Int>) -> UnsafeBufferPointer<UInt8> { slice(range).assumingMemoryBound(to: UInt8.self) }
 
     /// The text of plain ASCII bytes the scanner checked (a `requestHead`'s method).
     package func text(_ range: Range<Int>) -> String {

@@ -16,10 +16,7 @@ public struct OutboundBuffer: Sendable {
         bytes.append(contentsOf: data)
     }
 
-    public mutating func append(_ data: [UInt8]) {
-        compactIfWorthIt()
-        bytes.append(contentsOf: data)
-    }
+    public mutating func append(_ data: [UInt8]) { append(data[...]) }
 
     public mutating func append(_ data: ArraySlice<UInt8>) {
         compactIfWorthIt()
