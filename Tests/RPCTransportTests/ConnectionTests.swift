@@ -127,7 +127,9 @@ import Glibc
         #expect(echo.lines == ["ok"])
     }
 
-    @Test func repliesLeaveInReservedOrder() throws {
+    /// What a started connection sends when `body` runs on its loop and the connection then
+    /// finishes; waits for the close.
+    func sent(_ body: @escaping @Sendable (Connection) -> Void) throws -> String {
         let (server, peer) = try pair()
         defer { close(peer) }
         let echo = Echo()
@@ -135,38 +137,37 @@ import Glibc
         let connection = Connection(fd: server, id: 3, peer: nil, loop: loop, limits: .init(), delegate: echo)
         connection.start()
         loop.queue.sync {
+            body(connection)
+            connection.finish()
+        }
+        shutdown(peer, Int32(SHUT_WR))
+        let text = readAll(peer)
+        #expect(echo.closed.wait(timeout: .now() + 5) == .success)
+        return text
+    }
+
+    @Test func repliesLeaveInReservedOrder() throws {
+        let text = try sent { connection in
             let slot = connection.reserve()
             connection.send(Array("second\n".utf8))
             connection.flush()
             connection.fill(slot, with: Array("first\n".utf8))
-            connection.finish()
         }
-        shutdown(peer, Int32(SHUT_WR))
-        #expect(readAll(peer) == "first\nsecond\n")
-        #expect(echo.closed.wait(timeout: .now() + 5) == .success)
+        #expect(text == "first\nsecond\n")
     }
 
     /// Slots filled out of order from parts of one buffer (replies released by one fsync share
     /// it): the first held slot goes straight out, later ones wait for it, copied.
     @Test func slotsFilledOutOfOrderFromOneBufferLeaveInReservedOrder() throws {
-        let (server, peer) = try pair()
-        defer { close(peer) }
-        let echo = Echo()
-        let loop = try EventLoop(label: "test")
-        let connection = Connection(fd: server, id: 4, peer: nil, loop: loop, limits: .init(), delegate: echo)
-        connection.start()
-        loop.queue.sync {
+        let text = try sent { connection in
             let slots = (0..<3).map { _ in connection.reserve() }
             connection.send(Array("fourth\n".utf8))
             let shared = Array("first\nsecond\nthird\n".utf8)
             connection.fill(slots[2], with: shared[13..<19], flush: false)
             connection.fill(slots[1], with: shared[6..<13])
             connection.fill(slots[0], with: shared[0..<6])
-            connection.finish()
         }
-        shutdown(peer, Int32(SHUT_WR))
-        #expect(readAll(peer) == "first\nsecond\nthird\nfourth\n")
-        #expect(echo.closed.wait(timeout: .now() + 5) == .success)
+        #expect(text == "first\nsecond\nthird\nfourth\n")
     }
 
     /// An owner that keeps its connection, as a client keeps its until it reconnects.
