@@ -30,10 +30,12 @@ let package = Package(
         .testTarget(name: "RPCTransportTests", dependencies: ["RPCTransport"]),
         .testTarget(name: "RPCDaemonTests", dependencies: ["RPCDaemon", "RPCTransport"]),
         // Starts the real binaries (rpcd, rpcbench) over real TCP.
-        .testTarget(name: "IntegrationTests", dependencies: ["RPCSchema", "RPCEntities", "RPCClient"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["RPCSchema", "RPCEntities", "RPCClient", "TestSupport"]),
         // Uses only the library product's targets (RPC): its main.swift is README's "Use it from Swift".
         .executableTarget(name: "rpc-example", dependencies: ["RPCSchema", "RPCClient"]),
-        .testTarget(name: "RPCClientTests", dependencies: ["RPCSchema", "RPCClient"]),
+        .testTarget(name: "RPCClientTests", dependencies: ["RPCSchema", "RPCClient", "TestSupport"]),
+        // What the test targets share: running a test off the concurrency pool.
+        .target(name: "TestSupport", path: "Tests/Support"),
         // Fuzz targets (Tests/fuzz/run.sh builds them with libFuzzer; a plain build replays files).
         .target(name: "FuzzSupport", path: "Tests/fuzz/targets/FuzzSupport"),
         .executableTarget(name: "FuzzFramer", dependencies: ["FuzzSupport", "RPCTransport"], path: "Tests/fuzz/targets/FuzzFramer"),

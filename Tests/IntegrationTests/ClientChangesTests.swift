@@ -1,11 +1,12 @@
 import Foundation
 import RPCClient
 import RPCSchema
+import TestSupport
 import Testing
 
 /// `RPCClient.changes(from:)` against the real daemon's change feed: typed changes, their
 /// acknowledgements in `system.stats`, and a Swift mirror rebuilt through a snapshot.
-@Suite("RPCClient.changes against rpcd", .serialized)
+@Suite("RPCClient.changes against rpcd", .serialized, .ownExecutor)
 struct ClientChangesTests {
     @Test("every mutation kind comes typed, in order, with its sequence and key; failed mutations do not; acks show in system.stats")
     func typedChanges() async throws {
@@ -51,7 +52,7 @@ struct ClientChangesTests {
 
             // Without fromSequence: only what comes after subscribing.
             let live = try await RPCClient.connect(host: "127.0.0.1", port: daemon.port)
-            let next = Task { () -> RPCChangeEvent? in
+            let next = spawn { () -> RPCChangeEvent? in
                 for try await event in live.changes() { return event }
                 return nil
             }

@@ -1,6 +1,7 @@
 import Foundation
 import RPCClient
 import RPCSchema
+import TestSupport
 import Testing
 
 /// Mutations from clients with a retry policy while the daemon is killed (SIGKILL) and restarted

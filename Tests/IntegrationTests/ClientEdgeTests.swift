@@ -1,10 +1,11 @@
 import Foundation
 import RPCClient
 import RPCSchema
+import TestSupport
 import Testing
 
 /// The client with extreme timeouts and byte-exact request ids (issue 10, items 1 and 10).
-@Suite("RPCClient edges")
+@Suite("RPCClient edges", .ownExecutor)
 struct ClientEdgeTests {
     @Test("timeouts and backoff of Int64.max seconds: calls still complete")
     func hugeTimeouts() async throws {

@@ -1,10 +1,11 @@
 import Foundation
 import RPCClient
 import RPCSchema
+import TestSupport
 import Testing
 
 /// Idempotency keys as the client writes them (issue 13): every mutation carries one, reads none.
-@Suite("RPCClient idempotency keys")
+@Suite("RPCClient idempotency keys", .ownExecutor)
 struct ClientKeyTests {
     /// The request the client wrote, decoded (so its key can be read).
     static func request(_ line: String) throws -> Request {
@@ -20,7 +21,7 @@ struct ClientKeyTests {
         defer { client.close() }
         try await offPool { try peer.accept() }
 
-        let create = Task { try await client.call(CreateUser(id: "u1", name: "Ada", email: "a@x"), timeout: .seconds(30)) }
+        let create = spawn { try await client.call(CreateUser(id: "u1", name: "Ada", email: "a@x"), timeout: .seconds(30)) }
         let createLine = try await offPool { try peer.readLine() }
         let created = try Self.request(createLine)
         let key = try #require(created.key)
@@ -29,13 +30,13 @@ struct ClientKeyTests {
         try peer.send(#"{"id":"1","method":"user.createUserResult","param":{"id":"u1","name":"Ada","email":"a@x"}}"# + "\n")
         #expect(try await create.value.id == "u1")
 
-        let get = Task { try await client.call(GetUser(userId: "u1"), timeout: .seconds(30)) }
+        let get = spawn { try await client.call(GetUser(userId: "u1"), timeout: .seconds(30)) }
         #expect(try await offPool { try peer.readLine() } == #"{"id":"2","method":"user.getUser","param":{"userId":"u1"}}"#)
         try peer.send(#"{"id":"2","method":"user.getUserResult","param":{"id":"u1","name":"Ada","email":"a@x"}}"# + "\n")
         _ = try await get.value
 
         // A batch: each mutation its own key, the read none.
-        let batch = Task {
+        let batch = spawn {
             await client.batch(
                 UpdateUser(userId: "u1", newName: "Ada L"), ListUsers(), DeleteUser(userId: "u1"), timeout: .seconds(30))
         }
@@ -54,7 +55,7 @@ struct ClientKeyTests {
         #expect(try updated.get().name == "Ada L" && (try listed.get()).isEmpty && (try deleted.get()).deleted == "u1")
 
         // The caller's own key, on a mutation.
-        let own = Task { try await client.call(DeleteUser(userId: "u1"), key: "order-42", timeout: .seconds(30)) }
+        let own = spawn { try await client.call(DeleteUser(userId: "u1"), key: "order-42", timeout: .seconds(30)) }
         #expect(try await offPool { try peer.readLine() } == #"{"id":"6","method":"user.deleteUser","param":{"userId":"u1"},"key":"order-42"}"#)
         try peer.send(#"{"id":"6","method":"user.deleteUserResult","param":{"deleted":"u1"}}"# + "\n")
         _ = try await own.value
@@ -66,7 +67,7 @@ struct ClientKeyTests {
         let client = try await RPCClient.connect(host: "127.0.0.1", port: peer.port, options: RPCClientOptions(keyGenerator: nil))
         defer { client.close() }
         try await offPool { try peer.accept() }
-        let call = Task { try await client.call(DeleteUser(userId: "u1"), timeout: .seconds(30)) }
+        let call = spawn { try await client.call(DeleteUser(userId: "u1"), timeout: .seconds(30)) }
         #expect(try await offPool { try peer.readLine() } == #"{"id":"1","method":"user.deleteUser","param":{"userId":"u1"}}"#)
         try peer.send(#"{"id":"1","method":"user.deleteUserResult","param":{"deleted":"u1"}}"# + "\n")
         _ = try await call.value
@@ -92,7 +93,7 @@ struct ClientKeyTests {
         }
         #expect(try await offPool { peer.received(within: 0.2) } == "")
         let longest = String(repeating: "k", count: 128)
-        let call = Task { try await client.call(DeleteUser(userId: "u1"), key: longest, timeout: .seconds(30)) }
+        let call = spawn { try await client.call(DeleteUser(userId: "u1"), key: longest, timeout: .seconds(30)) }
         let line = try await offPool { try peer.readLine() }
         #expect(try Self.request(line).key == longest)
         try peer.send(#"{"id":"\#(try Self.request(line).id)","method":"user.deleteUserResult","param":{"deleted":"u1"}}"# + "\n")

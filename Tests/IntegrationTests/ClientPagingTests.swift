@@ -1,10 +1,11 @@
 import Foundation
 import RPCClient
 import RPCSchema
+import TestSupport
 import Testing
 
 /// Typed pages of a list, and a call without a timeout (issue 13).
-@Suite("RPCClient pages and timeouts")
+@Suite("RPCClient pages and timeouts", .ownExecutor)
 struct ClientPagingTests {
     @Test("250 users in pages of 100: 3 pages, 100, 100, 50; only the last has no next")
     func pagesOfUsers() async throws {
@@ -71,7 +72,7 @@ struct ClientPagingTests {
         await #expect(throws: RPCClientError.timedOut(method: GetUser.method, id: "2", after: .milliseconds(100))) {
             try await client.call(GetUser(userId: "u1"), timeout: .milliseconds(100))
         }
-        let patient = Task { try await client.call(GetUser(userId: "u1"), timeout: .none) }
+        let patient = spawn { try await client.call(GetUser(userId: "u1"), timeout: .none) }
         let lines = try await offPool { try (0..<3).map { _ in try peer.readLine() } }
         #expect(lines.last == #"{"id":"3","method":"user.getUser","param":{"userId":"u1"}}"#)
         try await Task.sleep(for: .milliseconds(700))  // well past the default timeout

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 /// The `RPC` library product as an outside package uses it (issue 13): a package that depends on

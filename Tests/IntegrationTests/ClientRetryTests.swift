@@ -1,6 +1,7 @@
 import Foundation
 import RPCClient
 import RPCSchema
+import TestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -9,7 +10,7 @@ import Glibc
 
 /// Connection loss as the client reports it (`.notSent`, `.outcomeUnknown`) and hides it (a
 /// `RetryPolicy`), and the first connect that waits for the daemon (issue 13).
-@Suite("RPCClient retry and connection loss")
+@Suite("RPCClient retry and connection loss", .ownExecutor)
 struct ClientRetryTests {
     static let retrying = RPCClientOptions(retry: RetryPolicy())
 
@@ -19,7 +20,7 @@ struct ClientRetryTests {
         let client = try await RPCClient.connect(host: "127.0.0.1", port: peer.port)
         defer { client.close() }
         try await offPool { try peer.accept() }
-        let create = Task { try await client.call(CreateUser(id: "u1", name: "Ada", email: "a@x"), timeout: .seconds(60)) }
+        let create = spawn { try await client.call(CreateUser(id: "u1", name: "Ada", email: "a@x"), timeout: .seconds(60)) }
         let sent = try ClientKeyTests.request(try await offPool { try peer.readLine() })
         peer.closePeer()
         let result = await create.result
@@ -56,7 +57,7 @@ struct ClientRetryTests {
         // rest stays in the client's output buffer.
         let name = String(repeating: "n", count: 4000)
         let calls = (0..<8000).map { CreateUser(id: "u\($0)", name: name, email: "a@x") }
-        let batch = Task { await client.batch(calls, timeout: .seconds(30)) }
+        let batch = spawn { await client.batch(calls, timeout: .seconds(30)) }
         _ = try await offPool { try peer.readLine(timeout: 20) }  // writing has begun
         try await Task.sleep(for: .milliseconds(300))  // the kernel's buffers fill
         peer.closePeer()  // unread data: the client sees a reset
@@ -82,7 +83,7 @@ struct ClientRetryTests {
         let client = try await RPCClient.connect(host: "127.0.0.1", port: peer.port, options: Self.retrying)
         defer { client.close() }
         try await offPool { try peer.accept() }
-        let batch = Task {
+        let batch = spawn {
             await client.batch(
                 CreateUser(id: "u1", name: "Ada", email: "a@x"), GetUser(userId: "u1"), DeleteUser(userId: "u1"),
                 timeout: .seconds(10))
@@ -107,7 +108,7 @@ struct ClientRetryTests {
         let client = try await RPCClient.connect(host: "127.0.0.1", port: peer.port, options: options)
         defer { client.close() }
         try await offPool { try peer.accept() }
-        let delete = Task { try await client.call(DeleteUser(userId: "u1"), timeout: .seconds(10)) }
+        let delete = spawn { try await client.call(DeleteUser(userId: "u1"), timeout: .seconds(10)) }
         _ = try await offPool { try peer.readLine() }
         peer.closePeer()
         let result = await delete.result
@@ -124,12 +125,12 @@ struct ClientRetryTests {
         defer { client.close() }
         try daemon.pause()
         // Long enough that the drop below always comes first, even under the thread sanitizer.
-        let sent = Task { try await client.call(CreateUser(id: "u1", name: "Ada", email: "a@x"), timeout: .seconds(12)) }
+        let sent = spawn { try await client.call(CreateUser(id: "u1", name: "Ada", email: "a@x"), timeout: .seconds(12)) }
         try await Task.sleep(for: .milliseconds(200))
         daemon.stop()  // the create was written; no daemon comes back
         try await Task.sleep(for: .milliseconds(100))
         let started = Date()
-        let never = await Task { try await client.call(GetUser(userId: "u1"), timeout: .milliseconds(500)) }.result
+        let never = await spawn { try await client.call(GetUser(userId: "u1"), timeout: .milliseconds(500)) }.result
         let elapsed = Date().timeIntervalSince(started)
         #expect(elapsed > 0.4 && elapsed < 20, "\(elapsed) s")
         guard case .failure(RPCClientError.notSent(_, _, _, let why)) = never else {
@@ -149,7 +150,7 @@ struct ClientRetryTests {
     func firstConnectWaits() async throws {
         let port = try freeLoopbackPort()
         let started = Date()
-        let connecting = Task { try await RPCClient.connect(host: "127.0.0.1", port: port, options: Self.retrying) }
+        let connecting = spawn { try await RPCClient.connect(host: "127.0.0.1", port: port, options: Self.retrying) }
         try await Task.sleep(for: .milliseconds(600))
         let box = Locked<DaemonProcess?>(nil)
         try await offPool { try box.withLock { $0 = try DaemonProcess(listen: ["127.0.0.1:\(port)"]) } }
@@ -164,37 +165,32 @@ struct ClientRetryTests {
     @Test("the first connect with a policy gives up after connectTimeout with .connectFailed; cancelling it stops it")
     func firstConnectGivesUp() async throws {
         let port = try freeLoopbackPort()
-        // Timed on an executor of their own: on the concurrency pool, the task that gave up could
-        // wait many seconds to resume while other tests block the pool (95 s under the thread
-        // sanitizer), and that wait is the harness's, not the client's.
-        let executor = DedicatedExecutor()
+        // Timed on the suite's own executor (`.ownExecutor`): on the concurrency pool, the task
+        // that gave up could wait many seconds to resume while other tests block the pool (95 s
+        // under the thread sanitizer), and that wait is the harness's, not the client's.
         let options = RPCClientOptions(connectTimeout: .milliseconds(700), retry: RetryPolicy())
-        let elapsed = try await Task(executorPreference: executor) { () async throws -> Double in
-            let started = Date()
-            do {
-                _ = try await RPCClient.connect(host: "127.0.0.1", port: port, options: options)
-                Issue.record("expected .connectFailed")
-            } catch let error as RPCClientError {
-                guard case .connectFailed(_, let reason) = error else {
-                    Issue.record("expected .connectFailed, got \(error)")
-                    return 0
-                }
-                #expect(reason.contains("tries in 0.7 s"), "\(reason)")
+        let started = Date()
+        do {
+            _ = try await RPCClient.connect(host: "127.0.0.1", port: port, options: options)
+            Issue.record("expected .connectFailed")
+        } catch let error as RPCClientError {
+            guard case .connectFailed(_, let reason) = error else {
+                Issue.record("expected .connectFailed, got \(error)")
+                return
             }
-            return Date().timeIntervalSince(started)
-        }.value
+            #expect(reason.contains("tries in 0.7 s"), "\(reason)")
+        }
+        let elapsed = Date().timeIntervalSince(started)
         // Not the 60 s below; loose for a loaded machine.
         #expect(elapsed > 0.4 && elapsed < 30, "\(elapsed) s")
 
         let patient = RPCClientOptions(connectTimeout: .seconds(60), retry: RetryPolicy())
-        let connecting = Task(executorPreference: executor) { try await RPCClient.connect(host: "127.0.0.1", port: port, options: patient) }
+        let connecting = spawn { try await RPCClient.connect(host: "127.0.0.1", port: port, options: patient) }
         try await Task.sleep(for: .milliseconds(200))
         let cancelled = Date()
         connecting.cancel()
-        let stopped = await Task(executorPreference: executor) { () async -> Date in
-            await #expect(throws: RPCClientError.self) { try await connecting.value }
-            return Date()
-        }.value
+        await #expect(throws: RPCClientError.self) { try await connecting.value }
+        let stopped = Date()
         #expect(stopped.timeIntervalSince(cancelled) < 30)
     }
 
@@ -205,8 +201,8 @@ struct ClientRetryTests {
         defer { client.close() }
         _ = try await client.call(CreateUser(id: "u0", name: "Zed", email: "z@x"))
         try daemons.current.pause()  // written to the socket, never read
-        let create = Task { try await client.call(CreateUser(id: "u1", name: "Ada", email: "a@x"), timeout: .seconds(20)) }
-        let read = Task { try await client.call(GetUser(userId: "u0"), timeout: .seconds(20)) }
+        let create = spawn { try await client.call(CreateUser(id: "u1", name: "Ada", email: "a@x"), timeout: .seconds(20)) }
+        let read = spawn { try await client.call(GetUser(userId: "u0"), timeout: .seconds(20)) }
         try await Task.sleep(for: .milliseconds(200))
         try await offPool { try daemons.killAndRestart(after: 0.3) }
         #expect(try await create.value.id == "u1")
@@ -259,7 +255,7 @@ struct ClientRetryTests {
             let client = try await RPCClient.connect(host: "127.0.0.1", port: peer.port, options: Self.retrying)
             defer { client.close() }
             try await offPool { try peer.accept() }
-            let create = Task { try await client.call(CreateUser(id: "u1", name: "Ada", email: "a@x"), timeout: .seconds(10)) }
+            let create = spawn { try await client.call(CreateUser(id: "u1", name: "Ada", email: "a@x"), timeout: .seconds(10)) }
             let first = try await offPool { try peer.readLine() }
             let port = daemon.port
             let applied = try await offPool { () throws -> String? in

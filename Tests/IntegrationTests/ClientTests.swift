@@ -1,10 +1,11 @@
 import Foundation
 import RPCClient
 import RPCSchema
+import TestSupport
 import Testing
 
 /// The typed client against the real daemon.
-@Suite("RPCClient against rpcd", .serialized)
+@Suite("RPCClient against rpcd", .serialized, .ownExecutor)
 struct ClientTests {
     @Test("every user and building method through the typed client, with its rules")
     func everyMethod() async throws {
@@ -117,7 +118,7 @@ struct ClientTests {
         _ = try await client.call(CreateUser(id: "u1", name: "Ada", email: "ada@example.com"))
         try daemon.pause()  // the call below is surely in flight when the daemon dies
         let started = Date()
-        let inFlight = Task { try await client.call(GetUser(userId: "u1"), timeout: .seconds(60)) }
+        let inFlight = spawn { try await client.call(GetUser(userId: "u1"), timeout: .seconds(60)) }
         try await Task.sleep(for: .milliseconds(200))
         daemon.kill()
         let result = await inFlight.result
@@ -198,7 +199,7 @@ struct ClientTests {
         try peer.send(#"{"id":"s5","method":"error.error","param":{"errorMessage":"x","code":"internal"}}"# + "\n")
         try peer.send("not json\n")
         // A call after them still works on the same connection.
-        let call = Task { try await client.call(GetUser(userId: "u1"), timeout: .seconds(5)) }
+        let call = spawn { try await client.call(GetUser(userId: "u1"), timeout: .seconds(5)) }
         let line = try await offPool { try peer.readLine() }
         #expect(line == #"{"id":"1","method":"user.getUser","param":{"userId":"u1"}}"#)
         try peer.send(#"{"id":"1","method":"user.getUserResult","param":{"id":"u1","name":"Ada","email":"a@b"}}"# + "\n")
@@ -264,7 +265,7 @@ struct ClientTests {
         let peer = try FakePeer()
         let client = try await RPCClient.connect(host: "127.0.0.1", port: peer.port)
         try await offPool { try peer.accept() }
-        let call = Task { try await client.call(ListUsers(), timeout: .seconds(60)) }
+        let call = spawn { try await client.call(ListUsers(), timeout: .seconds(60)) }
         _ = try await offPool { try peer.readLine() }
         client.close()
         let result = await call.result
@@ -281,7 +282,7 @@ struct ClientTests {
         let client = try await RPCClient.connect(host: "127.0.0.1", port: peer.port, options: options)
         defer { client.close() }
         try await offPool { try peer.accept() }
-        let call = Task { try await client.call(DeleteUser(userId: "u1"), timeout: .seconds(5)) }
+        let call = spawn { try await client.call(DeleteUser(userId: "u1"), timeout: .seconds(5)) }
         #expect(try await offPool { try peer.readLine() } == #"{"id":"app-100","method":"user.deleteUser","param":{"userId":"u1"},"key":"k-1"}"#)
         try peer.send(#"{"id":"app-100","method":"user.deleteUserResult","param":{"deleted":"u1"}}"# + "\n")
         #expect(try await call.value == Deleted(deleted: "u1"))

@@ -1,11 +1,12 @@
 import Foundation
 import RPCClient
 import RPCSchema
+import TestSupport
 import Testing
 
 /// README's "Use it from Swift": its code is the example program, which is built only on the
 /// library product's targets and talks to the real daemon.
-@Suite("README: Use it from Swift")
+@Suite("README: Use it from Swift", .ownExecutor)
 struct ReadmeClientTests {
     func root() throws -> URL {
         guard let root = packageRoot() else { throw HarnessError("package root not found from \(#filePath)") }

@@ -1,11 +1,12 @@
 import Foundation
-import RPCSchema
-import Testing
 @testable import RPCClient
+import RPCSchema
+import TestSupport
+import Testing
 
 /// `RPCClient.changes(from:)` against a leader played by hand (`FakeLeader`): golden lines in,
 /// typed changes out, acknowledgements and subscribe lines checked byte for byte.
-@Suite("RPCClient.changes against a fake leader", .serialized)
+@Suite("RPCClient.changes against a fake leader", .serialized, .ownExecutor)
 struct ChangeFeedTests {
     /// The feed as rpcd writes it: journal lines verbatim, `seq` and `crc` included.
     static let feed = [
@@ -106,7 +107,7 @@ struct ChangeFeedTests {
         }
         try await refusal.value
         // The client still calls, and subscribes again (this time with a snapshot).
-        let answer = Task {
+        let answer = spawn {
             try await offPool {
                 try leader.answer(try leader.lines(2)[1], #""method":"user.getUserResult","param":{"id":"u1","name":"Ada","email":"a@b.c"}"#)
                 _ = try leader.subscribe(sequence: 3, then: [Self.feed[0]], line: 3)
@@ -148,7 +149,7 @@ struct ChangeFeedTests {
     func cancelled() async throws {
         let leader = try FakeLeader()
         let client = try await RPCClient.connect(host: "127.0.0.1", port: leader.port)
-        let consumer = Task {
+        let consumer = spawn {
             var seen = 0
             do {
                 for try await _ in client.changes() { seen += 1 }
@@ -268,7 +269,7 @@ struct ChangeFeedTests {
     ) async throws -> (FakeLeader, RPCClient, Task<T, any Error>) {
         let leader = try FakeLeader()
         let client = try await RPCClient.connect(host: "127.0.0.1", port: leader.port)
-        return (leader, client, Task { try await offPool { try script(leader) } })
+        return (leader, client, spawn { try await offPool { try script(leader) } })
     }
 
     static func id(of line: String) -> String {

@@ -92,29 +92,6 @@ final class FakePeer: @unchecked Sendable {
     }
 }
 
-/// Runs a blocking `body` on a thread of its own and awaits it: the concurrency pool (two threads
-/// on two cores) stays free for the client under test.
-func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        let thread = Thread { continuation.resume(with: Result { try body() }) }
-        thread.start()
-    }
-}
-
-/// Runs a task's jobs on a serial queue of its own instead of the concurrency pool, so the task
-/// resumes as soon as what it awaits is done even while other tests block the pool's two threads
-/// (as they do for many seconds under the thread sanitizer): for a test that times an await.
-final class DedicatedExecutor: TaskExecutor, @unchecked Sendable {
-    // @unchecked: `queue` is immutable and thread-safe.
-    private let queue = DispatchQueue(label: "rpcd.tests.dedicated-executor")
-
-    func enqueue(_ job: consuming ExecutorJob) {
-        let job = UnownedJob(job)
-        let executor = asUnownedTaskExecutor()
-        queue.async { job.runSynchronously(on: executor) }
-    }
-}
-
 /// Starts a daemon, runs the async `body`, then checks the daemon did not die during the test.
 func withDaemonAsync<R>(_ body: (DaemonProcess) async throws -> R) async throws -> R {
     let daemon = try DaemonProcess()

@@ -130,11 +130,3 @@ final class FakeLeader: @unchecked Sendable {
         }
     }
 }
-
-/// Runs a blocking `body` on a thread of its own and awaits it: the concurrency pool (two threads
-/// on two cores) stays free for the client under test.
-func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        Thread.detachNewThread { continuation.resume(with: Result { try body() }) }
-    }
-}
