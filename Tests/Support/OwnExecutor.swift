@@ -1,7 +1,12 @@
 import Dispatch
 import Foundation
+#if canImport(Testing)
 import Testing
+#endif
 
+// Linux only, like the tests: task executors need macOS 15 where the package builds for 13, and
+// `swift build` builds this target too (and a toolchain may offer `Testing` to test targets only).
+#if os(Linux)
 /// Runs a task's jobs on a serial queue of its own instead of the concurrency pool.
 ///
 /// Most integration tests are synchronous: each holds one of the pool's threads (two, on two
@@ -25,6 +30,7 @@ public final class DedicatedExecutor: TaskExecutor, @unchecked Sendable {
     @TaskLocal public static var current: DedicatedExecutor?
 }
 
+#if canImport(Testing)
 /// A test, or every test of a suite, runs on a `DedicatedExecutor` of its own. Tasks it starts
 /// with `spawn` run there too (a plain `Task {}` does not inherit an executor preference).
 public struct OwnExecutorTrait: TestTrait, SuiteTrait, TestScoping {
@@ -45,6 +51,7 @@ extension Trait where Self == OwnExecutorTrait {
     /// See `OwnExecutorTrait`.
     public static var ownExecutor: Self { Self() }
 }
+#endif
 
 /// `Task { body }` on the running test's own executor (`.ownExecutor`), or on the pool without one.
 @discardableResult
@@ -57,6 +64,7 @@ public func spawn<T: Sendable>(_ body: @escaping @Sendable () async throws -> T)
 public func spawn<T: Sendable>(_ body: @escaping @Sendable () async -> T) -> Task<T, Never> {
     Task(executorPreference: DedicatedExecutor.current) { await body() }
 }
+#endif
 
 /// Runs a blocking `body` on a thread of its own and awaits it: the concurrency pool (two threads
 /// on two cores) stays free for the client under test.
