@@ -42,6 +42,9 @@ struct GroupCommit {
     private var inFlightBytes = 0
     private var rotation: Rotation?
     private var writerRunning = false
+    /// While the writer waits for the peers it released (`awaitReturn`): how many records past
+    /// the durable one end the wait.
+    private var returnTarget: UInt64?
     private var waiters: [(ticket: UInt64, done: Waiter)] = []
     /// How far the writer may fall behind before mutations are refused (bounded memory).
     let maxBehindBytes: Int
@@ -77,18 +80,33 @@ struct GroupCommit {
         return nil
     }
 
+    /// What an append asks of the caller, once the lock is released.
+    struct Appended {
+        /// The record's sequence number: its ticket.
+        var seq: UInt64
+        /// The writer is idle: start it.
+        var startWriter = false
+        /// The writer waits for the peers it released, and this record is the last it waited
+        /// for: wake it.
+        var wakeWriter = false
+    }
+
     /// Appends `body` as the next record, with the id `"r<seq>"` (a change feed sends the line
-    /// as it is). Returns its sequence number (the ticket) and whether the caller must start the
-    /// writer. Only after `refusal()` said nil (it refuses at UInt64.max).
-    mutating func append(_ body: JournalRecord.Body) -> (seq: UInt64, startWriter: Bool) {
+    /// as it is). Only after `refusal()` said nil (it refuses at UInt64.max).
+    mutating func append(_ body: JournalRecord.Body) -> Appended {
         lastSeq += 1
         JournalRecord.encode(body, seq: lastSeq, into: &pending)
-        return (lastSeq, startWriterIfIdle())
+        var appended = Appended(seq: lastSeq, startWriter: startWriterIfIdle())
+        if let target = returnTarget, lastSeq &- ackedSeq >= target {
+            returnTarget = nil
+            appended.wakeWriter = true
+        }
+        return appended
     }
 
     /// Appends a leader's record under the leader's sequence number (a follower's journal stays
     /// byte-compatible with its leader's). `seq` must be `lastSeq + 1` (the follower checks).
-    mutating func append(_ body: JournalRecord.Body, at seq: UInt64) -> (seq: UInt64, startWriter: Bool) {
+    mutating func append(_ body: JournalRecord.Body, at seq: UInt64) -> Appended {
         precondition(seq == lastSeq &+ 1, "replicated record \(seq) does not follow \(lastSeq)")
         return append(body)
     }
@@ -114,6 +132,20 @@ struct GroupCommit {
 
     /// Records are appended and not yet taken by the writer.
     var hasPending: Bool { !pending.isEmpty }
+
+    /// The writer, between two batches, is to wait until `records` records are pending: true if
+    /// it must (the append that makes them says `wakeWriter`), false if they are already.
+    mutating func awaitReturn(_ records: UInt64) -> Bool {
+        guard lastSeq &- ackedSeq < records else { return false }
+        returnTarget = records
+        return true
+    }
+
+    /// The writer still waits: no append has reached its target yet.
+    var awaitsReturn: Bool { returnTarget != nil }
+
+    /// The writer's wait is over (its deadline passed, or it was woken).
+    mutating func stopAwaitingReturn() { returnTarget = nil }
 
     /// Everything appended so far, for the writer; nil stops the writer (the next append restarts it).
     mutating func takeBatch() -> Batch? {

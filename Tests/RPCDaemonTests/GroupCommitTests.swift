@@ -1,4 +1,5 @@
 import RPCEntities
+import RPCSchema
 import Testing
 @testable import RPCDaemon
 
@@ -15,5 +16,50 @@ import Testing
         #expect(spent.refusal()?.contains("used up") == true)
         #expect(spent.refusal(records: 1)?.contains("used up") == true)
         #expect(GroupCommit(lastSeq: 0, maxBehindBytes: 1 << 20).refusal(records: 1_000_000) == nil)
+    }
+
+    private static let record = JournalRecord.Body(
+        Request(id: "r", method: CreateUser.method, param: ["id": "u1", "name": "Ada", "email": "a@x"]))
+
+    /// Appends `count` records; whether each asked to wake the writer.
+    private func wakes(_ commit: inout GroupCommit, _ count: Int = 4) -> [Bool] {
+        (0..<count).map { _ in commit.append(Self.record).wakeWriter }
+    }
+
+    @Test("a writer waiting for 3 returning records is woken by the append of the 3rd, once; never when they are there already")
+    func awaitReturnWakesOnTheLastRecord() {
+        var commit = GroupCommit(lastSeq: 10, maxBehindBytes: 1 << 20)
+        let waits = commit.awaitReturn(3)
+        #expect(waits && commit.awaitsReturn)
+        #expect(wakes(&commit) == [false, false, true, false], "the 3rd wakes, once")
+        #expect(commit.lastSeq == 14 && !commit.awaitsReturn)
+        commit.stopAwaitingReturn()
+
+        // Four are pending: a wait for 3 is over before it starts, and no append wakes anyone.
+        let waitsAgain = commit.awaitReturn(3)
+        #expect(!waitsAgain && !commit.awaitsReturn)
+        #expect(wakes(&commit, 2) == [false, false])
+    }
+
+    @Test("the count starts at the durable record: after a batch, only records appended since count")
+    func awaitReturnCountsFromTheDurableRecord() throws {
+        var commit = GroupCommit(lastSeq: 0, maxBehindBytes: 1 << 20)
+        for _ in 0..<5 { _ = commit.append(Self.record) }
+        let taken = commit.takeBatch()
+        let batch = try #require(taken)
+        _ = commit.finished(batch, failure: nil)
+        let waits = commit.awaitReturn(2)
+        #expect(waits)
+        #expect(wakes(&commit, 3) == [false, true, false])
+    }
+
+    @Test("a wait given up (its deadline passed) is woken by no later append")
+    func awaitReturnGivenUp() {
+        var commit = GroupCommit(lastSeq: 0, maxBehindBytes: 1 << 20)
+        let waits = commit.awaitReturn(2)
+        #expect(waits)
+        _ = commit.append(Self.record)
+        commit.stopAwaitingReturn()
+        #expect(wakes(&commit, 2) == [false, false])
     }
 }
