@@ -1,6 +1,6 @@
 // The Linux system headers that Swift's Glibc module leaves out (swift-nio's CNIOLinux does the
 // same): the event loop's epoll set (and epoll_pwait2's nanosecond timeout), and getrandom(2) for tokens. Glibc's own declarations, no
-// other library. And the CPU's CRC-32C instruction, for the journal's checksums (CRPCCRC32C.h).
+// other library. And the CPU's CRC-32C instruction, for the journal's checksums (CRPCCRC32C.h), a prefetch hint, and an event loop's wake flag (CRPCWakeFlag.h).
 #ifndef CRPCLINUX_H
 #define CRPCLINUX_H
 #ifdef __linux__
@@ -26,4 +26,5 @@ static inline int crpc_epoll_wait_ns(int epfd, struct epoll_event *events, int m
 #endif
 #include "CRPCCRC32C.h"
 #include "CRPCPrefetch.h"
+#include "CRPCWakeFlag.h"
 #endif

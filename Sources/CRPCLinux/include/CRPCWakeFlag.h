@@ -1,0 +1,16 @@
+// A flag any thread raises and one thread takes: an event loop's pending wake. The loop checks it
+// between the connections it serves (a plain load, then an exchange only when it is raised), so
+// work handed to the loop does not wait behind every connection a turn found ready.
+#ifndef CRPCWAKEFLAG_H
+#define CRPCWAKEFLAG_H
+
+// Raises the flag; 1 if it was raised already (the loop has not taken it yet).
+static inline int crpc_wake_flag_raise(int *flag) { return __atomic_exchange_n(flag, 1, __ATOMIC_ACQ_REL); }
+
+// Whether the flag is raised (a plain load: the check between two connections).
+static inline int crpc_wake_flag_raised(const int *flag) { return __atomic_load_n(flag, __ATOMIC_RELAXED); }
+
+// Lowers the flag; 1 if it was raised (the caller runs what the wake asked for).
+static inline int crpc_wake_flag_take(int *flag) { return __atomic_exchange_n(flag, 0, __ATOMIC_ACQ_REL); }
+
+#endif
