@@ -40,18 +40,14 @@ extension ConnectionTests {
         func connectionDidClose(_ connection: Connection, reason: Connection.CloseReason) {}
     }
 
-    /// Polls `condition` for up to 5 s.
-    func waitFor(_ what: String, _ condition: () -> Bool) throws {
+    /// Polls `condition` for up to 5 s; whether it held.
+    func within5s(_ condition: () -> Bool) -> Bool {
         let deadline = Date().addingTimeInterval(5)
         while !condition() {
-            guard Date() < deadline else { throw TransportTestError("no \(what) within 5 s") }
+            guard Date() < deadline else { return false }
             usleep(1_000)
         }
-    }
-
-    struct TransportTestError: Error, CustomStringConvertible {
-        let description: String
-        init(_ description: String) { self.description = description }
+        return true
     }
 
     @Test("1,000 wakes raised while the loop is busy run its handler once; a wake after that runs it again")
@@ -63,13 +59,13 @@ extension ConnectionTests {
         loop.queue.async { busy.wait() }
         for _ in 0..<1000 { loop.wake() }
         busy.signal()
-        try waitFor("handler run") { order.all.count >= 1 }
+        try #require(within5s { order.all.count >= 1 }, "no handler run within 5 s")
         usleep(100_000)  // time for more runs, if any were coming
         loop.queue.sync {}
         // One pipe byte per wake, read 32 at a time, ran it ~32 times.
         #expect(order.all.count == 1, "\(order.all.count) runs")
         loop.wake()
-        try waitFor("second handler run") { order.all.count == 2 }
+        try #require(within5s { order.all.count == 2 }, "no second handler run within 5 s")
     }
 
     @Test("a wake raised while a turn serves 12 ready connections runs before the last of them, not after all")
@@ -79,19 +75,18 @@ extension ConnectionTests {
         try loop.onWake { order.note("wake") }
         var peers: [Int32] = []
         var connections: [Connection] = []
-        var delegates: [Noting] = []
         defer {
             for peer in peers { close(peer) }
             loop.queue.sync { for connection in connections { connection.close(.finished) } }
         }
         for i in 0..<12 {
             let (server, peer) = try pair()
-            let delegate = Noting("line \(i)", order, wakes: i == 0)
-            let connection = Connection(fd: server, id: UInt64(i + 1), peer: nil, loop: loop, limits: .init(), delegate: delegate)
+            // The connection holds its delegate until it closes.
+            let connection = Connection(
+                fd: server, id: UInt64(i + 1), peer: nil, loop: loop, limits: .init(), delegate: Noting("line \(i)", order, wakes: i == 0))
             connection.start()
             peers.append(peer)
             connections.append(connection)
-            delegates.append(delegate)
         }
         loop.queue.sync {}  // every connection registered
         // All twelve ready, in this order, before the turn begins; the first line raises the wake,
@@ -100,11 +95,10 @@ extension ConnectionTests {
         loop.queue.async { busy.wait() }
         for peer in peers { write(peer, "x\n") }
         busy.signal()
-        try waitFor("12 lines and a wake") { order.all.count == 13 }
+        try #require(within5s { order.all.count == 13 }, "no 12 lines and a wake within 5 s: \(order.all)")
         let events = order.all
         #expect(events.first == "line 0", "\(events)")
         let wake = try #require(events.firstIndex(of: "wake"))
         #expect(wake < 12, "the wake ran after every ready connection: \(events)")
-        _ = delegates
     }
 }

@@ -1,6 +1,6 @@
 // A flag any thread raises and one thread takes: an event loop's pending wake. The loop checks it
-// between the connections it serves (a plain load, then an exchange only when it is raised), so
-// work handed to the loop does not wait behind every connection a turn found ready.
+// after every eighth connection it serves (a plain load, then an exchange only when it is raised),
+// so work handed to the loop does not wait behind every connection a turn found ready.
 #ifndef CRPCWAKEFLAG_H
 #define CRPCWAKEFLAG_H
 
