@@ -31,6 +31,17 @@ enum FileIO {
         }
     }
 
+    /// Writes every byte at `offset` (pwrite(2), looping over partial writes); the file offset
+    /// does not move.
+    static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int, path: String) throws(Errno) {
+        if Faults.shared.writeFails() { throw Errno(ENOSPC, call: "pwrite(\(path)) [test fault]") }
+        var done = 0
+        while done < bytes.count {
+            let n = try retrying("pwrite(\(path))") { Glibc.pwrite(fd, bytes.baseAddress! + done, bytes.count - done, off_t(offset + done)) }
+            done += n
+        }
+    }
+
     static func writeAll(_ fd: Int32, _ bytes: [UInt8], path: String) throws(Errno) {
         let result = bytes.withUnsafeBytes { buffer in
             Result { () throws(Errno) in try writeAll(fd, buffer, path: path) }

@@ -47,9 +47,14 @@ final class Journal: MutationLog, @unchecked Sendable {
     private var feed: ReplicationFeed?
 
     // Writer queue only.
+    /// Batches written since the start (`cutSpacesWhenIdle` tells a pause from a load).
+    private var batchesWritten = 0
     private var fd: Int32
     private var filePath: String
     private var journalBytes: Int
+    /// Where the spaces written ahead of the journal's end stop (`fsync always`): writes up to
+    /// here change no file size, so the fsync after them has no metadata to write (`keepSpaceAhead`).
+    private var spaceEnd: Int
     private var snapshotBytes: Int
     private var unsynced = false
     private var compacting = false
@@ -77,10 +82,11 @@ final class Journal: MutationLog, @unchecked Sendable {
         self.log = log
         self.commit = GroupCommit(lastSeq: lastSeq, maxBehindBytes: maxBehindBytes)
         let created = !FileIO.exists(directory.journal)
-        fd = try FileIO.open(directory.journal, O_WRONLY | O_CREAT | O_APPEND)
+        fd = try FileIO.open(directory.journal, O_WRONLY | O_CREAT)
         if created { try FileIO.syncDirectory(directory.path) }
         filePath = directory.journal
         journalBytes = try FileIO.size(fd, path: directory.journal)
+        spaceEnd = journalBytes
         published.bytes = journalBytes
         self.snapshotBytes = snapshotBytes
         if policy == .everysec { startEverySecondSync() }
@@ -152,6 +158,7 @@ final class Journal: MutationLog, @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         var wrote = false
         var released: (records: UInt64, syncNanoseconds: UInt64) = (0, 0)
+        var batches = 0
         while true {
             // Group commit: after an fsync, the mutations that arrived during it make the next
             // batch. With a delay set, the writer first waits for more to join them, when some
@@ -170,6 +177,8 @@ final class Journal: MutationLog, @unchecked Sendable {
             }) else { break }
             let started = DispatchTime.now().uptimeNanoseconds
             wrote = true
+            batches += 1
+            batchesWritten &+= 1
             var failure: String?
             do {
                 try write(batch)
@@ -187,8 +196,12 @@ final class Journal: MutationLog, @unchecked Sendable {
             // must not be told it is ahead of the leader.
             if failure == nil, !batch.bytes.isEmpty { feed?.published(batch.bytes, lastSeq: batch.lastSeq) }
             for done in ready { done(result) }
-            if failure == nil { maybeCompact() }
+            if failure == nil {
+                maybeCompact()
+                if batches >= Self.sustainedBatches { keepSpaceAhead() }
+            }
         }
+        if spaceEnd > journalBytes { cutSpacesWhenIdle() }
     }
 
     /// After a batch of `records` whose write and fsync took `nanoseconds`, waits (at most that
@@ -213,6 +226,7 @@ final class Journal: MutationLog, @unchecked Sendable {
     private func write(_ batch: GroupCommit.Batch) throws(Errno) {
         if let rotation = batch.rotation {
             try append(batch.bytes[..<rotation.offset])
+            cutSpaces()
             try FileIO.sync(fd, path: filePath, dataOnly: true)
             try rotate()
             try append(batch.bytes[rotation.offset...])
@@ -228,17 +242,89 @@ final class Journal: MutationLog, @unchecked Sendable {
 
     private func append(_ bytes: ArraySlice<UInt8>) throws(Errno) {
         guard !bytes.isEmpty else { return }
+        let (fd, path, at) = (fd, filePath, journalBytes)
         let result = bytes.withUnsafeBytes { buffer in
-            Result { () throws(Errno) in try FileIO.writeAll(fd, buffer, path: filePath) }
+            Result { () throws(Errno) in try FileIO.writeAll(fd, buffer, at: at, path: path) }
         }
         do {
             try result.get()
         } catch {
             // Best effort: do not leave half a batch behind for the next start to replay.
             try? FileIO.truncate(fd, to: journalBytes, path: filePath)
+            spaceEnd = journalBytes
             throw error
         }
         journalBytes += bytes.count
+    }
+
+    // MARK: - Spaces written ahead
+
+    /// Under a sustained load (`fsync always`), keeps spaces written and synced ahead of the
+    /// journal's end, so the fsyncs of the next batches have no metadata to write: a write that
+    /// extends a file makes its fsync write the inode too (on ext4 more metadata), one more
+    /// device write each, where a write over bytes already there does not. On the development
+    /// VM `fdatasync` after an 8 KB append took 140 µs p50, after the same write over bytes
+    /// already written 86 µs; durable creates at 50 × 1 rose 23%.
+    ///
+    /// Written between batches, while no record waits (its peers have yet to answer) or when the
+    /// spaces run short; cut again once the writer has been idle for `idleCut` (`cutSpacesWhenIdle`)
+    /// and at rotation and shutdown, so a journal at rest is lines only: `nc` replays it, and
+    /// an operator who truncates it cuts a record, not spaces. A crash under load leaves them at
+    /// the end of the file; a start drops them (`JournalReplay` reports them apart from a torn
+    /// record). Best effort: a write or sync that fails (a full disk) leaves none ahead, and
+    /// batches extend the file as they used to.
+    private func keepSpaceAhead() {
+        let ahead = spaceEnd - journalBytes
+        guard policy == .always, ahead < Self.spaceAhead / 2 else { return }
+        guard ahead < Self.spaceAhead / 8 || !lock.withLock({ commit.hasPending }) else { return }
+        let from = max(spaceEnd, journalBytes)
+        let to = (journalBytes + Self.spaceAhead + 4095) & ~4095
+        let written = Self.spaces.withUnsafeBytes { spaces -> Int in
+            var at = from
+            while at < to {
+                let n = Glibc.pwrite(fd, spaces.baseAddress, min(spaces.count, to - at), off_t(at))
+                if n < 0 && errno == EINTR { continue }
+                if n <= 0 { break }
+                at += n
+            }
+            return at
+        }
+        spaceEnd = max(spaceEnd, written)  // what `cutSpaces` cuts, whatever happens next
+        // Unsynced, the spaces would go out with the next batch's fsync and make it the slow one.
+        // Not through `FileIO.sync`: its test faults count the fsyncs that cover records.
+        guard written == to else { return }
+        while fdatasync(fd) != 0 && errno == EINTR {}
+    }
+
+    /// Batches in a row (one `drain`) before spaces are written ahead: a lone mutation, or a
+    /// few, leave the journal as lines only.
+    static let sustainedBatches = 8
+    /// Bytes of spaces kept ahead of the journal's end; 1 MiB is written and synced in ~0.8 ms.
+    static let spaceAhead = 1 << 20
+    private static let spaces = [UInt8](repeating: UInt8(ascii: " "), count: 1 << 16)
+    /// How long the writer stays idle before it cuts the spaces ahead (a pause in a load
+    /// would otherwise cut and rewrite them).
+    static let idleCut: DispatchTimeInterval = .milliseconds(20)
+
+    /// Cuts the spaces ahead once no batch was written for `idleCut`.
+    private func cutSpacesWhenIdle() {
+        let written = batchesWritten
+        queue.asyncAfter(deadline: .now() + Self.idleCut) { [weak self] in
+            guard let self, self.batchesWritten == written, !self.closed else { return }
+            self.cutSpaces()
+        }
+    }
+
+    /// Cuts the file back to its last line. Never lengthens it: a file someone shortened
+    /// meanwhile is left as it is (ftruncate would fill the gap with NUL bytes).
+    private func cutSpaces() {
+        guard spaceEnd > journalBytes else { return }
+        spaceEnd = journalBytes
+        var info = stat()
+        guard fstat(fd, &info) == 0, Int(info.st_size) > journalBytes else { return }
+        if ftruncate(fd, off_t(journalBytes)) != 0 {
+            log.warning("could not cut the spaces written ahead at the end of \(filePath): \(Errno(errno, call: "ftruncate")); the next start drops them")
+        }
     }
 
     /// The fsync that covers appended records, timed for `system.stats`.
@@ -256,7 +342,7 @@ final class Journal: MutationLog, @unchecked Sendable {
 
     /// Starts the next journal: later records go there while the snapshot is written.
     private func rotate() throws(Errno) {
-        let next = try FileIO.open(directory.nextJournal, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND)
+        let next = try FileIO.open(directory.nextJournal, O_WRONLY | O_CREAT | O_TRUNC)
         do {
             try FileIO.syncDirectory(directory.path)
         } catch {
@@ -268,6 +354,7 @@ final class Journal: MutationLog, @unchecked Sendable {
         fd = next
         filePath = directory.nextJournal
         journalBytes = 0
+        spaceEnd = 0
     }
 
     private func startEverySecondSync() {
@@ -382,7 +469,7 @@ final class Journal: MutationLog, @unchecked Sendable {
         restarting = false
         do {
             // An empty journal replaces the old ones (whose records the snapshot holds now).
-            let next = try FileIO.open(directory.journal + ".new", O_WRONLY | O_CREAT | O_TRUNC | O_APPEND)
+            let next = try FileIO.open(directory.journal + ".new", O_WRONLY | O_CREAT | O_TRUNC)
             do {
                 try? FileIO.unlink(directory.nextJournal)
                 try FileIO.rename(directory.journal + ".new", directory.journal)
@@ -401,6 +488,7 @@ final class Journal: MutationLog, @unchecked Sendable {
         }
         filePath = directory.journal
         journalBytes = 0
+        spaceEnd = 0
         snapshotBytes = bytes
         unsynced = false
         lock.withLock {
@@ -439,6 +527,7 @@ final class Journal: MutationLog, @unchecked Sendable {
         closed = true
         drain()
         timer?.cancel()
+        cutSpaces()  // a stopped daemon leaves lines only
         if unsynced { try? FileIO.sync(fd, path: filePath, dataOnly: true) }
         FileIO.close(fd)
         done()

@@ -92,7 +92,11 @@ enum JournalCommand {
             }
             if outcome.unsealed > 0 { part += ", \(count(outcome.unsealed, "line")) written before checksums" }
             part += ")"
-            if outcome.tornBytes > 0 { part += " ending in an incomplete record of \(outcome.tornBytes) bytes that the next start drops" }
+            let record = outcome.tornBytes - outcome.spaceBytes
+            if record > 0 { part += " ending in an incomplete record of \(record) bytes that the next start drops" }
+            if outcome.spaceBytes > 0 {
+                part += (record > 0 ? ", then" : " ending in") + " \(outcome.spaceBytes) bytes of spaces written ahead of its end that the next start drops"
+            }
             parts.append(part)
         }
         let held = parts.isEmpty ? "no snapshot or journal" : parts.joined(separator: ", ")

@@ -77,9 +77,15 @@ struct Recovery {
                 outcomes.append((path, outcome))
                 guard outcome.tornBytes > 0, mode == .start else { continue }
                 try truncate(path, to: outcome.validBytes)
-                log?.warning(
-                    "\(path): dropped \(outcome.tornBytes) bytes of an incomplete last record (left by a crash mid-write); "
-                        + "the file now ends at byte \(outcome.validBytes), after the last complete record")
+                let record = outcome.tornBytes - outcome.spaceBytes
+                if record > 0 {
+                    log?.warning(
+                        "\(path): dropped \(record) bytes of an incomplete last record (left by a crash mid-write)"
+                            + (outcome.spaceBytes > 0 ? " and the \(outcome.spaceBytes) bytes of spaces written ahead of it" : "")
+                            + "; the file now ends at byte \(outcome.validBytes), after the last complete record")
+                } else {
+                    log?.info("\(path): dropped the \(outcome.spaceBytes) bytes of spaces written ahead of its end (the daemon stopped without cutting them)")
+                }
             }
         }
         return Recovery(

@@ -39,8 +39,13 @@ public struct JournalReplay {
         public var skipped = 0
         /// Bytes up to and including the last complete line.
         public var validBytes = 0
-        /// Bytes after the last newline: an incomplete line left by a crash mid-write.
+        /// Bytes after the last newline: an incomplete line left by a crash mid-write, and the
+        /// spaces the writer keeps ahead of the end (`spaceBytes`), all dropped by a start.
         public var tornBytes = 0
+        /// Of `tornBytes`, the spaces a writer under a sustained `fsync always` load keeps ahead
+        /// of the journal's end (so an fsync updates no file size), left there by a crash: after
+        /// a torn record, or before one appended to such a file.
+        public var spaceBytes = 0
         /// Lines sealed with a checksum, and lines written before checksums.
         public var sealed = 0
         public var unsealed = 0
@@ -76,8 +81,8 @@ public struct JournalReplay {
 
     /// Applies journal lines. Records with a sequence number at or below `lastSeq` are skipped
     /// (the snapshot has them); each record must follow the previous one with no gap. A torn last
-    /// line is reported in `tornBytes`, for the caller to drop; other bytes after the last
-    /// newline fail as damage.
+    /// line, and spaces written ahead of the end, are reported in `tornBytes` for the caller to
+    /// drop; other bytes after the last newline fail as damage.
     public mutating func replayJournal(_ bytes: UnsafeRawBufferPointer) -> Result<FileOutcome, Failure> {
         state.deferOrder()
         defer { state.restoreOrder() }
@@ -118,9 +123,14 @@ public struct JournalReplay {
         if let failure = scan.failure { return .failure(failure) }
         outcome.validBytes = scan.validBytes
         outcome.tornBytes = scan.tornBytes
-        if scan.tornBytes > 0,
-            let problem = JournalRecord.tornTailProblem(UnsafeRawBufferPointer(rebasing: bytes[scan.validBytes...]))
-        {
+        // The writer's spaces end the file; a torn record comes before them, or after them when
+        // bytes were appended to a file a crash left them in.
+        let tail = UnsafeRawBufferPointer(rebasing: bytes[scan.validBytes...])
+        let trailing = Self.trailingSpaces(tail)
+        let leading = tail.prefix { $0 == UInt8(ascii: " ") }.count
+        outcome.spaceBytes = trailing == tail.count ? trailing : leading + trailing
+        let torn = UnsafeRawBufferPointer(rebasing: tail[leading..<max(leading, tail.count - trailing)])
+        if !torn.isEmpty, let problem = JournalRecord.tornTailProblem(torn) {
             return .failure(Failure(line: scan.lines + 1, offset: scan.validBytes, reason: problem, kind: .damaged))
         }
         return .success(outcome)
@@ -287,6 +297,14 @@ public struct JournalReplay {
         }
         applied += 1
         return nil
+    }
+
+    /// How many bytes at the end of `bytes` are spaces (the journal writer's, `Journal.keepSpaceAhead`).
+    /// Only spaces: a file system leaves NUL blocks, never these.
+    static func trailingSpaces(_ bytes: UnsafeRawBufferPointer) -> Int {
+        var count = 0
+        while count < bytes.count && bytes[bytes.count - 1 - count] == UInt8(ascii: " ") { count += 1 }
+        return count
     }
 
     /// Calls `body` with each non-blank complete line, its 1-based number and its offset; stops at

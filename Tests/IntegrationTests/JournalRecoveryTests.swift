@@ -73,6 +73,76 @@ struct JournalRecoveryTests {
         ])
     }
 
+    /// The journal's last byte, nil for an empty or missing file.
+    private static func lastByte(_ url: URL) -> UInt8? {
+        guard let handle = try? FileHandle(forReadingFrom: url) else { return nil }
+        defer { try? handle.close() }
+        guard let end = try? handle.seekToEnd(), end > 0 else { return nil }
+        try? handle.seek(toOffset: end - 1)
+        return (try? handle.read(upToCount: 1))?.first
+    }
+
+    /// Polls `condition` every millisecond for up to `seconds`.
+    private static func eventually(_ seconds: Double, _ condition: () -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if condition() { return true }
+            usleep(1000)
+        }
+        return condition()
+    }
+
+    /// Creates `count` users on each of `connections` connections, one request at a time each
+    /// (many small batches in a row, as 50 × 1 writers make), on background threads; each
+    /// acknowledged id goes into `acked`. Ends early when the daemon goes away.
+    private static func load(port: Int, prefix: String, connections: Int, count: Int, acked: Locked<[String]>) -> BackgroundJob<Bool> {
+        BackgroundJob {
+            runOnThreads(connections) { c in
+                guard let client = try? LineClient(port: port, timeout: 30) else { return }
+                for i in 0..<count {
+                    let id = "\(prefix)\(c)-\(i)"
+                    guard let reply = try? client.request(Wire.createUser(id, id, "U", "\(id)@example.com")),
+                        reply.contains("createUserResult")
+                    else { return }
+                    acked.withLock { $0.append(id) }
+                }
+            }
+        }
+    }
+
+    @Test("under a sustained load the writer keeps spaces ahead of the journal's end and cuts them once idle; kill -9 leaves them, and a start drops them quietly, every acknowledged record kept")
+    func spacesAhead() throws {
+        let dir = JournalSupport.makeDataDir()
+        defer { JournalSupport.remove(dir) }
+        let journal = JournalSupport.journal(dir)
+        let first = try DaemonProcess(dataDir: dir)
+        let space = UInt8(ascii: " ")
+
+        // A load, then idle: the spaces were there while it ran, and are cut after it.
+        let acked = Locked<[String]>([])
+        let load = Self.load(port: first.port, prefix: "a", connections: 8, count: 1500, acked: acked)
+        #expect(Self.eventually(30) { Self.lastByte(journal) == space }, "no spaces ahead under load")
+        #expect(load.wait(timeout: 120) == true)
+        #expect(acked.current.count == 8 * 1500)
+        #expect(Self.eventually(5) { Self.lastByte(journal) == UInt8(ascii: "\n") }, "the spaces were not cut once idle")
+
+        // kill -9 under load: the spaces stay, and every acknowledged record comes back, with no warning.
+        let running = Self.load(port: first.port, prefix: "k", connections: 8, count: 100_000, acked: acked)
+        #expect(Self.eventually(30) { Self.lastByte(journal) == space }, "no spaces ahead under the second load")
+        first.stop()  // SIGKILL
+        _ = running.wait(timeout: 60)
+        #expect(Self.lastByte(journal) == space)
+
+        let second = try DaemonProcess(dataDir: dir)
+        defer { second.stop() }
+        let ids = try JournalSupport.userIDs(port: second.port)
+        let expected = Set(acked.current)
+        #expect(ids.isSuperset(of: expected), "lost \(expected.subtracting(ids).count) acknowledged")
+        let stderr = second.stderrText
+        #expect(stderr.contains("bytes of spaces written ahead of its end") && !stderr.contains(" warning "), "stderr: \(second.stderrTail())")
+        #expect(Self.lastByte(journal) == UInt8(ascii: "\n"))
+    }
+
     @Test("an incomplete last line is cut off with a warning naming the file and the bytes; data intact")
     func tornTail() throws {
         let dir = JournalSupport.makeDataDir()

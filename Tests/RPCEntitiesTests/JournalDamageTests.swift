@@ -231,3 +231,45 @@ struct JournalDamageTests {
         if case .success = fresh.replayJournal(zero) { Issue.record("sequence number 0 replayed") }
     }
 }
+
+/// The spaces a journal writer keeps ahead of the end under a sustained `fsync always` load
+/// (`Journal.keepSpaceAhead`), as a crash leaves them: dropped by a start, apart from damage.
+@Suite("journal damage: spaces written ahead of the end (pure)")
+struct JournalSpaceAheadTests {
+    static let spaces = String(repeating: " ", count: 4096)
+    static let torn = #"{"id":"r4","method":"user.crea"#
+
+    @Test("spaces after the last line, a torn record before them, or one appended after them: dropped, every record replayed", arguments: [
+        (spaces, 4096),
+        (torn + spaces, 4096),
+        (spaces + torn, 4096),
+        (String(JournalText.create("u4", seq: 4).dropLast()) + spaces, 4096),  // a whole record, its newline not written
+    ] as [(String, Int)])
+    func dropped(_ tail: String, _ spaceBytes: Int) throws {
+        var replay = JournalReplay()
+        let outcome = try replay.replayJournal(JournalDamageTests.journal + Array(tail.utf8)).get()
+        #expect(outcome.applied == 3 && outcome.validBytes == JournalDamageTests.journal.count)
+        #expect(outcome.tornBytes == tail.utf8.count && outcome.spaceBytes == spaceBytes, "\(outcome)")
+    }
+
+    @Test("a file of spaces alone is an empty journal")
+    func onlySpaces() throws {
+        var replay = JournalReplay()
+        let outcome = try replay.replayJournal(Array(Self.spaces.utf8)).get()
+        #expect(outcome.applied == 0 && outcome.validBytes == 0 && outcome.spaceBytes == 4096)
+    }
+
+    @Test("anything else among them is damage: a stray byte, NUL bytes, a line of spaces between records", arguments: [
+        (spaces + "x" + spaces, 4, "do not start like a record"),
+        (spaces + String(repeating: "\0", count: 64), 4, "NUL"),
+        ("    \n" + JournalText.create("u4", seq: 4), 4, ""),
+    ] as [(String, Int, String)])
+    func damage(_ tail: String, _ line: Int, _ reason: String) {
+        var replay = JournalReplay()
+        guard case .failure(let failure) = replay.replayJournal(JournalDamageTests.journal + Array(tail.utf8)) else {
+            Issue.record("replayed: \(tail.prefix(40))")
+            return
+        }
+        #expect(failure.line == line && failure.kind == .damaged && (reason.isEmpty || failure.reason.contains(reason)), "\(failure)")
+    }
+}
