@@ -82,10 +82,12 @@ extension JournalRecord {
     /// Why the bytes after a file's last newline cannot be the beginning of a record cut short by a
     /// crash mid-write (the only thing a start may drop silently), or nil if they can.
     ///
-    /// A writer appends whole lines with one write(2), so a crash leaves at most one unfinished
-    /// line: a prefix of `{"…`, with no control bytes (JSON text escapes them), no longer than a
-    /// record, and not a whole sealed record with more bytes after it (a damaged newline). Anything
-    /// else, such as the NUL blocks a file system can leave after a power loss, is damage.
+    /// A writer writes whole lines with one write(2) at the journal's end, so a crash leaves at
+    /// most one unfinished line: a prefix of `{"…`, with no control bytes (JSON text escapes
+    /// them), no longer than a record, and not a whole sealed record with more bytes after it (a
+    /// damaged newline). Anything else, such as the NUL blocks a file system can leave after a
+    /// power loss, is damage. (The spaces a writer keeps ahead of the end are not passed here:
+    /// `JournalReplay` takes them off first.)
     public static func tornTailProblem(_ tail: UnsafeRawBufferPointer) -> String? {
         let count = tail.count
         guard count <= maxRecordBytes else {
