@@ -49,6 +49,8 @@ final class Journal: MutationLog, @unchecked Sendable {
     // Writer queue only.
     /// Batches written since the start (`cutSpacesWhenIdle` tells a pause from a load).
     private var batchesWritten = 0
+    /// Writing spaces ahead failed once: no more (`keepSpaceAhead`).
+    private var spacesDisabled = false
     private var fd: Int32
     private var filePath: String
     private var journalBytes: Int
@@ -282,16 +284,20 @@ final class Journal: MutationLog, @unchecked Sendable {
     /// batches extend the file as they used to.
     private func keepSpaceAhead() {
         let ahead = spaceEnd - journalBytes
-        guard policy == .always, ahead < Self.spaceAhead / 2 else { return }
+        guard policy == .always, !spacesDisabled, ahead < Self.spaceAhead / 2 else { return }
         guard ahead < Self.spaceAhead / 8 || !lock.withLock({ commit.hasPending }) else { return }
         let from = max(spaceEnd, journalBytes)
         let to = (journalBytes + Self.spaceAhead + 4095) & ~4095
+        var failure: Errno?
         let written = Self.spaces.withUnsafeBytes { spaces -> Int in
             var at = from
             while at < to {
                 let n = Glibc.pwrite(fd, spaces.baseAddress, min(spaces.count, to - at), off_t(at))
                 if n < 0 && errno == EINTR { continue }
-                if n <= 0 { break }
+                if n <= 0 {
+                    failure = Errno(n < 0 ? errno : ENOSPC, call: "pwrite")
+                    break
+                }
                 at += n
             }
             return at
@@ -299,8 +305,17 @@ final class Journal: MutationLog, @unchecked Sendable {
         spaceEnd = max(spaceEnd, written)  // what `cutSpaces` cuts, whatever happens next
         // Unsynced, the spaces would go out with the next batch's fsync and make it the slow one.
         // Not through `FileIO.sync`: its test faults count the fsyncs that cover records.
-        guard written == to else { return }
-        while fdatasync(fd) != 0 && errno == EINTR {}
+        if failure == nil {
+            var synced = fdatasync(fd)
+            while synced != 0 && errno == EINTR { synced = fdatasync(fd) }
+            if synced != 0 { failure = Errno(errno, call: "fdatasync") }
+        }
+        guard let failure else { return }
+        // A full disk, or worse: blocks under spaces not known to be written could read back
+        // as NUL bytes after a crash, which a start takes for damage. No more spaces ahead.
+        cutSpaces()
+        spacesDisabled = true
+        log.warning("stopped writing spaces ahead of \(filePath)'s end (\(failure)); mutations go on, each fsync also writing the file's new size")
     }
 
     /// Batches in a row (one `drain`) before spaces are written ahead: a lone mutation, or a

@@ -95,7 +95,7 @@ enum JournalCommand {
             let record = outcome.tornBytes - outcome.spaceBytes
             if record > 0 { part += " ending in an incomplete record of \(record) bytes that the next start drops" }
             if outcome.spaceBytes > 0 {
-                part += (record > 0 ? ", then" : " ending in") + " \(outcome.spaceBytes) bytes of spaces written ahead of its end that the next start drops"
+                part += (record > 0 ? " and" : " ending in") + " \(outcome.spaceBytes) bytes of spaces written ahead of its end that the next start drops"
             }
             parts.append(part)
         }
