@@ -32,9 +32,9 @@ enum FileIO {
     }
 
     /// Writes every byte at `offset` (pwrite(2), looping over partial writes); the file offset
-    /// does not move.
-    static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int, path: String) throws(Errno) {
-        if Faults.shared.writeFails() { throw Errno(ENOSPC, call: "pwrite(\(path)) [test fault]") }
+    /// does not move. `faults: false` for a write that covers no record (the test faults count those).
+    static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int, path: String, faults: Bool = true) throws(Errno) {
+        if faults, Faults.shared.writeFails() { throw Errno(ENOSPC, call: "pwrite(\(path)) [test fault]") }
         var done = 0
         while done < bytes.count {
             let n = try retrying("pwrite(\(path))") { Glibc.pwrite(fd, bytes.baseAddress! + done, bytes.count - done, off_t(offset + done)) }
@@ -49,10 +49,11 @@ enum FileIO {
         try result.get()
     }
 
-    /// fsync, or fdatasync when only the data and size must be durable.
-    static func sync(_ fd: Int32, path: String, dataOnly: Bool = false) throws(Errno) {
-        if Faults.shared.fsyncFails() { throw Errno(EIO, call: "fsync(\(path)) [test fault]") }
-        if Faults.shared.fsyncDelayMicroseconds > 0 { usleep(Faults.shared.fsyncDelayMicroseconds) }
+    /// fsync, or fdatasync when only the data and size must be durable. `faults: false` for a
+    /// sync that covers no record (the test faults count those).
+    static func sync(_ fd: Int32, path: String, dataOnly: Bool = false, faults: Bool = true) throws(Errno) {
+        if faults, Faults.shared.fsyncFails() { throw Errno(EIO, call: "fsync(\(path)) [test fault]") }
+        if faults, Faults.shared.fsyncDelayMicroseconds > 0 { usleep(Faults.shared.fsyncDelayMicroseconds) }
         _ = try retrying("fsync(\(path))") { dataOnly ? Glibc.fdatasync(fd) : Glibc.fsync(fd) }
     }
 

@@ -160,7 +160,7 @@ final class Journal: MutationLog, @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         var wrote = false
         var released: (records: UInt64, syncNanoseconds: UInt64) = (0, 0)
-        var batches = 0
+        let firstBatch = batchesWritten
         while true {
             // Group commit: after an fsync, the mutations that arrived during it make the next
             // batch. With a delay set, the writer first waits for more to join them, when some
@@ -179,7 +179,6 @@ final class Journal: MutationLog, @unchecked Sendable {
             }) else { break }
             let started = DispatchTime.now().uptimeNanoseconds
             wrote = true
-            batches += 1
             batchesWritten &+= 1
             var failure: String?
             do {
@@ -200,7 +199,7 @@ final class Journal: MutationLog, @unchecked Sendable {
             for done in ready { done(result) }
             if failure == nil {
                 maybeCompact()
-                if batches >= Self.sustainedBatches { keepSpaceAhead() }
+                if batchesWritten &- firstBatch >= Self.sustainedBatches { keepSpaceAhead() }
             }
         }
         if spaceEnd > journalBytes { cutSpacesWhenIdle() }
@@ -286,36 +285,26 @@ final class Journal: MutationLog, @unchecked Sendable {
         let ahead = spaceEnd - journalBytes
         guard policy == .always, !spacesDisabled, ahead < Self.spaceAhead / 2 else { return }
         guard ahead < Self.spaceAhead / 8 || !lock.withLock({ commit.hasPending }) else { return }
-        let from = max(spaceEnd, journalBytes)
+        var at = max(spaceEnd, journalBytes)
         let to = (journalBytes + Self.spaceAhead + 4095) & ~4095
-        var failure: Errno?
-        let written = Self.spaces.withUnsafeBytes { spaces -> Int in
-            var at = from
+        spaceEnd = to  // `cutSpaces` cuts everything past the last line, whatever is written
+        do {
             while at < to {
-                let n = Glibc.pwrite(fd, spaces.baseAddress, min(spaces.count, to - at), off_t(at))
-                if n < 0 && errno == EINTR { continue }
-                if n <= 0 {
-                    failure = Errno(n < 0 ? errno : ENOSPC, call: "pwrite")
-                    break
+                let count = min(Self.spaces.count, to - at)
+                try Self.spaces.withUnsafeBytes { spaces in
+                    try FileIO.writeAll(fd, UnsafeRawBufferPointer(rebasing: spaces[..<count]), at: at, path: filePath, faults: false)
                 }
-                at += n
+                at += count
             }
-            return at
+            // Unsynced, the spaces would go out with the next batch's fsync and make it the slow one.
+            try FileIO.sync(fd, path: filePath, dataOnly: true, faults: false)
+        } catch {
+            // A full disk, or worse: blocks under spaces not known to be written could read back
+            // as NUL bytes after a crash, which a start takes for damage. No more spaces ahead.
+            cutSpaces()
+            spacesDisabled = true
+            log.warning("stopped writing spaces ahead of \(filePath)'s end (\(error)); mutations go on, each fsync also writing the file's new size")
         }
-        spaceEnd = max(spaceEnd, written)  // what `cutSpaces` cuts, whatever happens next
-        // Unsynced, the spaces would go out with the next batch's fsync and make it the slow one.
-        // Not through `FileIO.sync`: its test faults count the fsyncs that cover records.
-        if failure == nil {
-            var synced = fdatasync(fd)
-            while synced != 0 && errno == EINTR { synced = fdatasync(fd) }
-            if synced != 0 { failure = Errno(errno, call: "fdatasync") }
-        }
-        guard let failure else { return }
-        // A full disk, or worse: blocks under spaces not known to be written could read back
-        // as NUL bytes after a crash, which a start takes for damage. No more spaces ahead.
-        cutSpaces()
-        spacesDisabled = true
-        log.warning("stopped writing spaces ahead of \(filePath)'s end (\(failure)); mutations go on, each fsync also writing the file's new size")
     }
 
     /// Batches in a row (one `drain`) before spaces are written ahead: a lone mutation, or a
@@ -342,10 +331,11 @@ final class Journal: MutationLog, @unchecked Sendable {
     private func cutSpaces() {
         guard spaceEnd > journalBytes else { return }
         spaceEnd = journalBytes
-        var info = stat()
-        guard fstat(fd, &info) == 0, Int(info.st_size) > journalBytes else { return }
-        if ftruncate(fd, off_t(journalBytes)) != 0 {
-            log.warning("could not cut the spaces written ahead at the end of \(filePath): \(Errno(errno, call: "ftruncate")); the next start drops them")
+        do {
+            guard try FileIO.size(fd, path: filePath) > journalBytes else { return }
+            try FileIO.truncate(fd, to: journalBytes, path: filePath)
+        } catch {
+            log.warning("could not cut the spaces written ahead at the end of \(filePath): \(error); the next start drops them")
         }
     }
 

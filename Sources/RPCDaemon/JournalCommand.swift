@@ -92,10 +92,9 @@ enum JournalCommand {
             }
             if outcome.unsealed > 0 { part += ", \(count(outcome.unsealed, "line")) written before checksums" }
             part += ")"
-            let record = outcome.tornBytes - outcome.spaceBytes
-            if record > 0 { part += " ending in an incomplete record of \(record) bytes that the next start drops" }
+            if outcome.tornRecordBytes > 0 { part += " ending in an incomplete record of \(outcome.tornRecordBytes) bytes that the next start drops" }
             if outcome.spaceBytes > 0 {
-                part += (record > 0 ? " and" : " ending in") + " \(outcome.spaceBytes) bytes of spaces written ahead of its end that the next start drops"
+                part += (outcome.tornRecordBytes > 0 ? " and" : " ending in") + " \(outcome.spaceBytes) bytes of spaces written ahead of its end that the next start drops"
             }
             parts.append(part)
         }

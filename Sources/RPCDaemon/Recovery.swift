@@ -77,10 +77,9 @@ struct Recovery {
                 outcomes.append((path, outcome))
                 guard outcome.tornBytes > 0, mode == .start else { continue }
                 try truncate(path, to: outcome.validBytes)
-                let record = outcome.tornBytes - outcome.spaceBytes
-                if record > 0 {
+                if outcome.tornRecordBytes > 0 {
                     log?.warning(
-                        "\(path): dropped \(record) bytes of an incomplete last record (left by a crash mid-write)"
+                        "\(path): dropped \(outcome.tornRecordBytes) bytes of an incomplete last record (left by a crash mid-write)"
                             + (outcome.spaceBytes > 0 ? " and the \(outcome.spaceBytes) bytes of spaces written ahead of it" : "")
                             + "; the file now ends at byte \(outcome.validBytes), after the last complete record")
                 } else {

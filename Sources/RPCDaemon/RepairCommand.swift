@@ -54,8 +54,8 @@ enum RepairCommand {
             let failure: Recovery.Failure
             do {
                 let recovery = try Recovery.load(files, log: nil, mode: .readOnly)
-                let torn = recovery.files.filter { $0.outcome.tornBytes > $0.outcome.spaceBytes }
-                    .map { "; the incomplete last record of \($0.path) (\($0.outcome.tornBytes - $0.outcome.spaceBytes) bytes) is dropped at the next start" }
+                let torn = recovery.files.filter { $0.outcome.tornRecordBytes > 0 }
+                    .map { "; the incomplete last record of \($0.path) (\($0.outcome.tornRecordBytes) bytes) is dropped at the next start" }
                 print("rpcd repair: \(files.path) \(cuts == 0 ? "replays cleanly" : "replays now"): \(recovery.records) records, last seq \(recovery.lastSeq)\(torn.joined())")
                 return 0
             } catch {

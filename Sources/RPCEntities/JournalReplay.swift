@@ -46,6 +46,8 @@ public struct JournalReplay {
         /// of the journal's end (so an fsync updates no file size), left there by a crash: after
         /// a torn record, or before one appended to such a file.
         public var spaceBytes = 0
+        /// Of `tornBytes`, the incomplete record (the rest are spaces).
+        public var tornRecordBytes: Int { tornBytes - spaceBytes }
         /// Lines sealed with a checksum, and lines written before checksums.
         public var sealed = 0
         public var unsealed = 0
@@ -123,10 +125,11 @@ public struct JournalReplay {
         if let failure = scan.failure { return .failure(failure) }
         outcome.validBytes = scan.validBytes
         outcome.tornBytes = scan.tornBytes
-        // The writer's spaces end the file; a torn record comes before them, or after them when
-        // bytes were appended to a file a crash left them in.
+        // The writer's spaces (`Journal.keepSpaceAhead`; a file system leaves NUL blocks, never
+        // spaces) end the file; a torn record comes before them, or after them when bytes were
+        // appended to a file a crash left them in.
         let tail = UnsafeRawBufferPointer(rebasing: bytes[scan.validBytes...])
-        let trailing = Self.trailingSpaces(tail)
+        let trailing = tail.reversed().prefix { $0 == UInt8(ascii: " ") }.count
         let leading = tail.prefix { $0 == UInt8(ascii: " ") }.count
         outcome.spaceBytes = trailing == tail.count ? trailing : leading + trailing
         let torn = UnsafeRawBufferPointer(rebasing: tail[leading..<max(leading, tail.count - trailing)])
@@ -297,14 +300,6 @@ public struct JournalReplay {
         }
         applied += 1
         return nil
-    }
-
-    /// How many bytes at the end of `bytes` are spaces (the journal writer's, `Journal.keepSpaceAhead`).
-    /// Only spaces: a file system leaves NUL blocks, never these.
-    static func trailingSpaces(_ bytes: UnsafeRawBufferPointer) -> Int {
-        var count = 0
-        while count < bytes.count && bytes[bytes.count - 1 - count] == UInt8(ascii: " ") { count += 1 }
-        return count
     }
 
     /// Calls `body` with each non-blank complete line, its 1-based number and its offset; stops at
