@@ -47,7 +47,7 @@ struct ChangeFeedTests {
             try feed.type(#"{"id":"r1","method":"user.createUserResult","param":{"id":"u1","name":"Ada","email":"ada@example.com"}}"#)
             try feed.type(Wire.getUser("g", "u1"))
             #expect(feed.waitForLines(4).last == Wire.result("g", "user.getUser", Wire.user("u1", "Ada", "ada@example.com")), "\(feed.lines)")
-            let acked = try Replicas.eventually {
+            let acked = try eventually {
                 let subscribers = try Replicas.replication(daemon)["subscribers"] as? [[String: Any]] ?? []
                 return subscribers.first?["ackedSequence"] as? Int == 1 && subscribers.first?["sentSequence"] as? Int == 2
             }
@@ -100,7 +100,7 @@ struct ChangeFeedTests {
             #expect(refused?.errorMessage?.contains("128") == true, "\(refused?.line ?? "")")
             #expect(try extra.request(Wire.getUser("g", "nobody")).contains("error.error"), "the refused connection stays open")
             subscribers.removeLast().close()
-            #expect(try Replicas.eventually {
+            #expect(try eventually {
                 try Reply(LineClient(port: daemon.port).request(Self.subscribe)).method == "replication.subscribeResult"
             })
         }

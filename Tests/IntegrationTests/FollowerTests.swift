@@ -36,7 +36,7 @@ struct FollowerTests {
             #expect(equal, "the follower's journal differs from the leader's (\(sizes))")
         }
         // Each follower acknowledged everything it journaled.
-        let acked = try Replicas.eventually {
+        let acked = try eventually {
             let subscribers = try Replicas.replication(leader)["subscribers"] as? [[String: Any]] ?? []
             return subscribers.count == 2 && subscribers.allSatisfy { $0["ackedSequence"] as? Int == 10_000 && $0["lagRecords"] as? Int == 0 }
         }
@@ -150,7 +150,7 @@ struct FollowerTests {
 
         // Several compactions: the records after `downAt` are only in the leader's snapshot now.
         #expect(try mutations.send(to: leader.port, count: 5_000).isEmpty)
-        let snapshotSequence = try Replicas.eventually {
+        let snapshotSequence = try eventually {
             let probe = try LineClient(port: leader.port)  // one subscription per connection
             let reply = try Reply(probe.request(#"{"id":"p","method":"replication.subscribe"}"#))
             return (reply.param?["snapshotSequence"] as? Int ?? 0) > downAt
@@ -307,7 +307,7 @@ struct FollowerTests {
         #expect(try c.request(ExactlyOnceTests.keyedCreate("1", key: "order-1")) == Wire.createUserResult("1", "k1", "Kay", "k@example.com"))
         // Compactions put the keyed record in the leader's snapshot; a new follower starts from it.
         try JournalSupport.createUsers(port: leader.port, range: 0..<300)
-        let compacted = try Replicas.eventually {
+        let compacted = try eventually {
             let reply = try Reply(LineClient(port: leader.port).request(ChangeFeedTests.subscribe))
             return (reply.param?["snapshotSequence"] as? Int ?? 0) > 1
         }

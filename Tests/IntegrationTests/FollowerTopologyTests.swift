@@ -118,7 +118,7 @@ struct FollowerTopologyTests {
         let writer = try LineClient(port: leader.port)
         #expect(try writer.request(principals.authLine("write")).contains("system.authResult"))
         #expect(try writer.request(Wire.createUser("1", "u1", "Ada", "ada@example.com")).contains("createUserResult"))
-        #expect(try Replicas.eventually {
+        #expect(try eventually {
             let c = try LineClient(port: follower.port)
             return try c.request(Wire.getUser("g", "u1")).contains("getUserResult")
         }, "\(follower.stderrTail())")
@@ -151,12 +151,12 @@ struct FollowerTopologyTests {
         try JournalSupport.createUsers(port: leader.port, range: 0..<5)
         try Replicas.waitForConvergence(leader: leader, followers: [follower])
         let want = "reads as follower of \(Replicas.address(leader)), seq 5, lag 0"
-        let followerSaid = Replicas.eventually(timeout: 10) {
+        let followerSaid = eventually(timeout: 10) {
             followerNotify.waitFor("WATCHDOG=1", timeout: 1)
             return followerNotify.messages.contains { $0.contains(want) }
         }
         #expect(followerSaid, "follower STATUS lines: \(followerNotify.messages.suffix(3))")
-        let leaderSaid = Replicas.eventually(timeout: 10) {
+        let leaderSaid = eventually(timeout: 10) {
             leaderNotify.waitFor("WATCHDOG=1", timeout: 1)
             return leaderNotify.messages.contains { $0.contains("as leader, seq 5, 1 subscriber (max lag 0)") }
         }

@@ -91,16 +91,6 @@ struct JournalRecoveryTests {
         }
     }
 
-    /// Polls `condition` every millisecond for up to `seconds`.
-    private static func eventually(_ seconds: Double, _ condition: () -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if condition() { return true }
-            usleep(1000)
-        }
-        return condition()
-    }
-
     /// Creates `count` users on each of `connections` connections, one request at a time each
     /// (many small batches in a row, as 50 × 1 writers make), on background threads; each
     /// acknowledged id goes into `acked`. Ends early when the daemon goes away.
@@ -130,14 +120,14 @@ struct JournalRecoveryTests {
         // A load, then idle: the spaces were there while it ran, and are cut after it.
         let acked = Locked<[String]>([])
         let load = Self.load(port: first.port, prefix: "a", connections: 8, count: 1500, acked: acked)
-        #expect(Self.eventually(30) { Self.lastByte(journal) == space }, "no spaces ahead under load")
+        #expect(eventually(timeout: 30, every: 0.001) { Self.lastByte(journal) == space }, "no spaces ahead under load")
         #expect(load.wait(timeout: 120) == true)
         #expect(acked.current.count == 8 * 1500)
-        #expect(Self.eventually(5) { Self.lastByte(journal) == UInt8(ascii: "\n") }, "the spaces were not cut once idle")
+        #expect(eventually(timeout: 5, every: 0.001) { Self.lastByte(journal) == UInt8(ascii: "\n") }, "the spaces were not cut once idle")
 
         // kill -9 under load: the spaces stay, and every acknowledged record comes back, with no warning.
         let running = Self.load(port: first.port, prefix: "k", connections: 8, count: 100_000, acked: acked)
-        #expect(Self.eventually(30) { Self.lastByte(journal) == space }, "no spaces ahead under the second load")
+        #expect(eventually(timeout: 30, every: 0.001) { Self.lastByte(journal) == space }, "no spaces ahead under the second load")
         first.stop()  // SIGKILL
         _ = running.wait(timeout: 60)
         // Almost always still there; unless the load stalled 20 ms (a loaded CI) and they were cut.
@@ -153,7 +143,7 @@ struct JournalRecoveryTests {
 
         // A clean stop under load cuts them too.
         let third = Self.load(port: second.port, prefix: "t", connections: 8, count: 100_000, acked: acked)
-        #expect(Self.eventually(30) { Self.lastByte(journal) == space }, "no spaces ahead under the third load")
+        #expect(eventually(timeout: 30, every: 0.001) { Self.lastByte(journal) == space }, "no spaces ahead under the third load")
         second.terminate()  // SIGTERM: answers what it read, then stops
         #expect(second.waitForExit(timeout: 20) == 0, "stderr: \(second.stderrTail())")
         _ = third.wait(timeout: 60)
@@ -190,13 +180,13 @@ struct JournalRecoveryTests {
         let first = try DaemonProcess(extraArguments: ["--compact-after-bytes", "256KiB"], dataDir: dir)
         let acked = Locked<[String]>([])
         let load = Self.load(port: first.port, prefix: "c", connections: 8, count: 1500, acked: acked)
-        #expect(Self.eventually(30) { Self.lastByte(journal) == UInt8(ascii: " ") }, "no spaces ahead under load")
+        #expect(eventually(timeout: 30, every: 0.001) { Self.lastByte(journal) == UInt8(ascii: " ") }, "no spaces ahead under load")
         #expect(load.wait(timeout: 120) == true)
         #expect(first.stderrEventually(contains: "compacted: snapshot at seq", timeout: 10), "no compaction: \(first.stderrTail())")
-        #expect(Self.eventually(5) { Self.lastByte(journal) == UInt8(ascii: "\n") }, "the spaces were not cut once idle")
+        #expect(eventually(timeout: 5, every: 0.001) { Self.lastByte(journal) == UInt8(ascii: "\n") }, "the spaces were not cut once idle")
 
         let running = Self.load(port: first.port, prefix: "d", connections: 8, count: 100_000, acked: acked)
-        #expect(Self.eventually(30) { acked.current.count > 8 * 1500 + 4000 })
+        #expect(eventually(timeout: 30, every: 0.001) { acked.current.count > 8 * 1500 + 4000 })
         first.stop()  // SIGKILL, compactions under way or not
         _ = running.wait(timeout: 60)
 

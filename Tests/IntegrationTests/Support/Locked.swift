@@ -35,6 +35,16 @@ func runOnThreads(_ count: Int, timeout: Double = 60, _ body: @escaping @Sendabl
     return group.wait(timeout: .now() + timeout) == .success
 }
 
+/// Waits until `condition` holds, checking it every `every` seconds, for at most `timeout`.
+func eventually(timeout: Double = 10, every: Double = 0.05, _ condition: () throws -> Bool) rethrows -> Bool {
+    let watch = Stopwatch()
+    while watch.seconds < timeout {
+        if try condition() { return true }
+        usleep(UInt32(every * 1_000_000))
+    }
+    return try condition()
+}
+
 /// Starts `body` on a background thread; `wait(timeout:)` returns its result once it finished.
 final class BackgroundJob<T: Sendable>: @unchecked Sendable {
     // @unchecked Sendable: `result` is only touched under `condition`.

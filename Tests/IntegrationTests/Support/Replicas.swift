@@ -140,16 +140,6 @@ enum Replicas {
         return now
     }
 
-    /// Waits until `condition` holds, checking every 50 ms.
-    static func eventually(timeout: Double = 10, _ condition: () throws -> Bool) rethrows -> Bool {
-        let watch = Stopwatch()
-        while watch.seconds < timeout {
-            if try condition() { return true }
-            usleep(50_000)
-        }
-        return try condition()
-    }
-
     /// The number right after the last `text` in a daemon's log (`following HOST:PORT from sequence N`).
     static func loggedNumber(_ log: String, after text: String) -> Int? {
         guard let range = log.range(of: text, options: .backwards) else { return nil }
