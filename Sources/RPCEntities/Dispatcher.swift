@@ -250,6 +250,7 @@ public final class Dispatcher: @unchecked Sendable {
         calls.withUnsafeBufferPointer { calls in
             guard let first = calls.baseAddress else { return }
             for index in calls.indices {
+                if let lookup = calls[index].prepared.lookup { state.prefetch(table: lookup.table, hash: lookup.hash) }
                 if let key = calls[index].keyed?.key { state.keys.prefetch(key) }
             }
             for index in calls.indices where out.count - start < maxBytes {

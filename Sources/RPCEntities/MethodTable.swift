@@ -13,8 +13,26 @@ public struct MethodTable<State>: Sendable {
     /// request and released in a chain after it (~900 instructions a get).
     public struct Prepared: Sendable {
         let call: @Sendable (inout State, inout [UInt8]) -> RPCError?
+        /// Where the record the call reads or writes is looked up, when its method names one
+        /// (`on(_:touches:)`): its table and its id's hash, plain data (a `Touch` held here, its
+        /// id's string, was a retain and a release more each time a call was copied).
+        public let lookup: (table: Int, hash: Int)?
 
         public func callAsFunction(_ state: inout State, _ out: inout [UInt8]) -> RPCError? { call(&state, &out) }
+    }
+
+    /// The record a call reads or writes, known before the state lock is taken: the lock's holder
+    /// asks the CPU for every call's record slot before it runs any, so their cache misses overlap
+    /// instead of each holding the lock (`Entities.prefetch`).
+    public struct Touch: Sendable {
+        /// Which of the state's record tables, in the state's own numbering.
+        public let table: Int
+        public let key: ExactID
+
+        public init(table: Int, key: ExactID) {
+            self.table = table
+            self.key = key
+        }
     }
 
     /// A decoded call that writes no reply, only its error if any (journal replay); a struct for
@@ -107,7 +125,8 @@ public struct MethodTable<State>: Sendable {
     public mutating func on<C: RPCCall>(
         _ call: C.Type, access: RPCAccess? = nil, _ handler: @escaping @Sendable (inout State, C) throws(RPCError) -> C.Reply
     ) {
-        register(call, access: access ?? Self.defaultAccess(call), handler) { reply, out in
+        register(call, access: access ?? Self.defaultAccess(call), touches: nil, { state, params, _ throws(RPCError) in try handler(&state, params) }) {
+            reply, out in
             JSONWriter.write(encodable: reply, into: &out).map {
                 RPCError.internal("could not encode the reply of \(C.method): \($0); please report this bug")
             }
@@ -118,15 +137,31 @@ public struct MethodTable<State>: Sendable {
     public mutating func on<C: RPCCall>(
         _ call: C.Type, access: RPCAccess? = nil, _ handler: @escaping @Sendable (inout State, C) throws(RPCError) -> C.Reply
     ) where C.Reply: JSONWritable {
-        register(call, access: access ?? Self.defaultAccess(call), handler) { reply, out in
+        register(call, access: access ?? Self.defaultAccess(call), touches: nil, { state, params, _ throws(RPCError) in try handler(&state, params) }) {
+            reply, out in
+            reply.writeJSON(into: &out)
+            return nil
+        }
+    }
+
+    /// Registers `C`, a call on one record: `touches` names the record from the decoded param
+    /// (before the state lock is taken), and the handler gets its id as the `ExactID` made then,
+    /// hashed once.
+    public mutating func on<C: RPCCall>(
+        _ call: C.Type, access: RPCAccess? = nil, touches: @escaping @Sendable (C) -> Touch,
+        _ handler: @escaping @Sendable (inout State, C, ExactID) throws(RPCError) -> C.Reply
+    ) where C.Reply: JSONWritable {
+        register(call, access: access ?? Self.defaultAccess(call), touches: touches, { state, params, touch throws(RPCError) in
+            try handler(&state, params, (touch ?? touches(params)).key)
+        }) { reply, out in
             reply.writeJSON(into: &out)
             return nil
         }
     }
 
     private mutating func register<C: RPCCall>(
-        _ call: C.Type, access: RPCAccess, _ handler: @escaping @Sendable (inout State, C) throws(RPCError) -> C.Reply,
-        write: @escaping @Sendable (C.Reply, inout [UInt8]) -> RPCError?
+        _ call: C.Type, access: RPCAccess, touches: (@Sendable (C) -> Touch)?,
+        _ handler: @escaping @Sendable (inout State, C, Touch?) throws(RPCError) -> C.Reply, write: @escaping @Sendable (C.Reply, inout [UInt8]) -> RPCError?
     ) {
         let fields = C.fields
         let method = C.method
@@ -134,7 +169,7 @@ public struct MethodTable<State>: Sendable {
             ParamDecoding.decode(C.self, from: param, fields: fields).map { params in
                 PreparedSilently { state in
                     do throws(RPCError) {
-                        _ = try handler(&state, params)
+                        _ = try handler(&state, params, touches?(params))
                         return nil
                     } catch {
                         return error
@@ -146,7 +181,8 @@ public struct MethodTable<State>: Sendable {
         // the handler's and the writer's.
         let runner = Runner(handler: handler, write: write)
         @Sendable func prepared(_ params: C) -> Prepared {
-            Prepared { state, out in runner.run(&state, params, &out) }
+            let touch = touches?(params)
+            return Prepared(call: { state, out in runner.run(&state, params, touch, &out) }, lookup: touch.map { ($0.table, $0.key.fingerprint) })
         }
         var preparePlain: (@Sendable (PlainObject) -> Prepared?)?
         if let decode = Self.plainDecoder(C.self) {
@@ -180,20 +216,20 @@ public struct MethodTable<State>: Sendable {
 
     /// A method's handler and reply writer, shared by its requests' prepared calls.
     private final class Runner<C: RPCCall>: Sendable {
-        let handler: @Sendable (inout State, C) throws(RPCError) -> C.Reply
+        let handler: @Sendable (inout State, C, Touch?) throws(RPCError) -> C.Reply
         let write: @Sendable (C.Reply, inout [UInt8]) -> RPCError?
 
         init(
-            handler: @escaping @Sendable (inout State, C) throws(RPCError) -> C.Reply,
+            handler: @escaping @Sendable (inout State, C, Touch?) throws(RPCError) -> C.Reply,
             write: @escaping @Sendable (C.Reply, inout [UInt8]) -> RPCError?
         ) {
             self.handler = handler
             self.write = write
         }
 
-        func run(_ state: inout State, _ params: C, _ out: inout [UInt8]) -> RPCError? {
+        func run(_ state: inout State, _ params: C, _ touch: Touch?, _ out: inout [UInt8]) -> RPCError? {
             do throws(RPCError) {
-                return write(try handler(&state, params), &out)
+                return write(try handler(&state, params, touch), &out)
             } catch {
                 return error
             }

@@ -3,7 +3,7 @@ import RPCSchema
 /// Records of one kind by id, listable in id order. Ids are `ExactID`s: two ids are the same
 /// record only when their UTF-8 bytes are, and lists are in byte order.
 ///
-/// Kept in 64 shards, each a dictionary in a box of its own, so that a copy of the state (the
+/// Kept in 64 shards (by the id's hash), each in a box of its own, so that a copy of the state (the
 /// snapshot compaction writes while the daemon serves) costs nothing to take and nothing to
 /// keep: while the copy still reads a shard, changes to that shard go to a small overlay beside
 /// it (the changed records, and removals), which reads consult first; once the copy has written
@@ -14,16 +14,78 @@ import RPCSchema
 ///
 /// The id order is kept as it changes (`SortedIDs`, copy-on-write per node), so a list never sorts.
 public struct Records<Record: Sendable>: Sendable {
-    /// One shard's records. A box rather than a bare dictionary so a change can tell (by the
-    /// box's reference count) whether a copy of the state still reads it.
+    /// One shard's records. A box rather than bare arrays so a change can tell (by the box's
+    /// reference count) whether a copy of the state still reads it.
+    ///
+    /// The records sit in an array in the order they came (a removal moves the last one into the
+    /// gap), their ids in another, and a `SlotIndex` finds an id's position. A create appends to
+    /// the arrays and writes one slot, a cache line the lock's holder asked for ahead
+    /// (`prefetch`), where a `Dictionary` wrote its keys', values' and bitmap's lines, three cache
+    /// misses at a million records, each holding the state lock; and a snapshot reads the records
+    /// in the order they (and their strings) were allocated, not in hash order.
     private final class Shard: @unchecked Sendable {
-        // @unchecked: `records` changes only while the box is uniquely referenced (the owner's
+        // @unchecked: these change only while the box is uniquely referenced (the owner's
         // `ownsShard`), the discipline Array's storage follows; shared boxes are only read.
-        // Unchecked exclusivity: no access to it overlaps another (none is held across a call
+        // Unchecked exclusivity: no access to them overlaps another (none is held across a call
         // that could reach the box again), and the run-time check cost every read of a record
         // ~180 instructions (callgrind, a get).
-        @exclusivity(unchecked) var records: [ExactID: Record]
-        init(_ records: [ExactID: Record] = [:]) { self.records = records }
+        @exclusivity(unchecked) var records: ContiguousArray<Record> = []
+        @exclusivity(unchecked) var keys: ContiguousArray<ExactID> = []
+        @exclusivity(unchecked) var index = SlotIndex()
+
+        init() {}
+
+        /// A box of its own with `shard`'s records.
+        init(copying shard: Shard) {
+            records = shard.records
+            keys = shard.keys
+            index = shard.index
+        }
+
+        @inline(__always)
+        func position(of key: ExactID) -> Int? {
+            index.find(hash: key.fingerprint) { keys[$0] == key }
+        }
+
+        @inline(__always)
+        func record(_ key: ExactID) -> Record? { position(of: key).map { records[$0] } }
+
+        /// Adds `record` as `key`'s, which the shard does not hold.
+        @inline(__always)
+        func append(_ record: Record, for key: ExactID) {
+            index.insert(hash: key.fingerprint, number: records.count) { self.keys[$0].fingerprint }
+            records.append(record)
+            keys.append(key)
+        }
+
+        /// Sets `key`'s record: whether the key is new.
+        func set(_ record: Record, for key: ExactID) -> Bool {
+            if let position = position(of: key) {
+                records[position] = record
+                return false
+            }
+            append(record, for: key)
+            return true
+        }
+
+        func remove(_ key: ExactID) -> Record? {
+            guard let position = position(of: key) else { return nil }
+            index.remove(hash: key.fingerprint, number: position)
+            let last = records.count - 1
+            if position != last {
+                records.swapAt(position, last)
+                keys.swapAt(position, last)
+                index.renumber(hash: keys[position].fingerprint, from: last, to: position)
+            }
+            keys.removeLast()
+            return records.removeLast()
+        }
+
+        func reserveCapacity(adding count: Int) {
+            records.reserveCapacity(records.count + count)
+            keys.reserveCapacity(keys.count + count)
+            index.reserveCapacity(records.count + count) { self.keys[$0].fingerprint }
+        }
     }
 
     private static var shardCount: Int { 64 }
@@ -54,7 +116,7 @@ public struct Records<Record: Sendable>: Sendable {
     private func lookup(_ key: ExactID, in shard: Int) -> Record? {
         if !overlays[shard].isEmpty, let changed = overlays[shard][key] { return changed }
         // The box borrowed, not retained: `shards` holds it, and nothing changes it during a lookup.
-        return Unmanaged.passUnretained(shards[shard])._withUnsafeGuaranteedRef { $0.records[key] }
+        return Unmanaged.passUnretained(shards[shard])._withUnsafeGuaranteedRef { $0.record(key) }
     }
 
     /// True when shard `s` may change in place (no copy reads it), its overlay folded in first;
@@ -71,23 +133,31 @@ public struct Records<Record: Sendable>: Sendable {
         overlays[s] = [:]
         let shard = shards[s]
         for (key, record) in changes {
-            if let record { shard.records[key] = record } else { shard.records.removeValue(forKey: key) }
+            if let record { _ = shard.set(record, for: key) } else { _ = shard.remove(key) }
         }
     }
 
-    public subscript(id: String) -> Record? {
-        let key = ExactID(id)
-        return lookup(key, in: Self.shard(key))
+    /// Asks the CPU for the slot where an id with this hash (`ExactID.fingerprint`) is looked up
+    /// (see `SlotIndex.prefetch`).
+    @inline(__always)
+    func prefetch(hash: Int) {
+        Unmanaged.passUnretained(shards[hash & (Self.shardCount - 1)])._withUnsafeGuaranteedRef { $0.index.prefetch(hash: hash) }
     }
+
+    public subscript(id: String) -> Record? { self[ExactID(id)] }
+
+    /// The record of an id hashed already (a call's `Touch`).
+    public subscript(key: ExactID) -> Record? { lookup(key, in: Self.shard(key)) }
 
     public func contains(_ id: String) -> Bool { self[id] != nil }
 
-    public mutating func insert(_ record: Record, id: String) {
-        let key = ExactID(id)
+    public mutating func insert(_ record: Record, id: String) { insert(record, key: ExactID(id)) }
+
+    public mutating func insert(_ record: Record, key: ExactID) {
         let s = Self.shard(key)
         let added: Bool
         if ownsShard(s) {
-            added = shards[s].records.updateValue(record, forKey: key) == nil
+            added = shards[s].set(record, for: key)
         } else {
             added = lookup(key, in: s) == nil
             overlays[s][key] = .some(record)
@@ -97,15 +167,14 @@ public struct Records<Record: Sendable>: Sendable {
 
     /// Inserts `record` unless `id` is taken (then nothing changes): false if it was. One hash
     /// lookup where `contains` then `insert` take two (a create on a hot path, and in replay).
-    public mutating func insertNew(_ record: Record, id: String) -> Bool {
-        let key = ExactID(id)
+    public mutating func insertNew(_ record: Record, id: String) -> Bool { insertNew(record, key: ExactID(id)) }
+
+    public mutating func insertNew(_ record: Record, key: ExactID) -> Bool {
         let s = Self.shard(key)
         if ownsShard(s) {
             let shard = shards[s]
-            if let existing = shard.records.updateValue(record, forKey: key) {
-                shard.records.updateValue(existing, forKey: key)
-                return false
-            }
+            guard shard.position(of: key) == nil else { return false }
+            shard.append(record, for: key)
         } else {
             guard lookup(key, in: s) == nil else { return false }
             overlays[s][key] = .some(record)
@@ -119,12 +188,14 @@ public struct Records<Record: Sendable>: Sendable {
     }
 
     @discardableResult
-    public mutating func remove(_ id: String) -> Record? {
-        let key = ExactID(id)
+    public mutating func remove(_ id: String) -> Record? { remove(key: ExactID(id)) }
+
+    @discardableResult
+    public mutating func remove(key: ExactID) -> Record? {
         let s = Self.shard(key)
         let removed: Record?
         if ownsShard(s) {
-            removed = shards[s].records.removeValue(forKey: key)
+            removed = shards[s].remove(key)
         } else {
             removed = lookup(key, in: s)
             // `.some(nil)`: a removal. Assigning plain nil would drop the overlay's entry instead.
@@ -142,7 +213,7 @@ public struct Records<Record: Sendable>: Sendable {
     public mutating func reserveCapacity(adding count: Int) {
         guard count > 0 else { return }
         for s in shards.indices where ownsShard(s) {
-            shards[s].records.reserveCapacity(shards[s].records.count + count / Self.shardCount)
+            shards[s].reserveCapacity(adding: count / Self.shardCount)
         }
     }
 
@@ -168,24 +239,25 @@ public struct Records<Record: Sendable>: Sendable {
     public mutating func updateAll(_ body: (inout Record) -> Void) {
         for s in shards.indices {
             if !ownsShard(s) {
-                shards[s] = Shard(shards[s].records)  // a box of this value's own, then its overlay in it
+                shards[s] = Shard(copying: shards[s])  // a box of this value's own, then its overlay in it
                 fold(s)
             }
             let shard = shards[s]
-            for index in shard.records.values.indices { body(&shard.records.values[index]) }
+            for index in shard.records.indices { body(&shard.records[index]) }
         }
     }
 
     /// Calls `body` with the records of shard `s`, in no particular order.
     private func forEach(inShard s: Int, _ body: (Record) throws -> Void) rethrows {
         let overlay = overlays[s]
+        let shard = shards[s]
         guard !overlay.isEmpty else {
-            // The values alone: a key copied out is one more retain and release of a string
-            // per record (a snapshot reads a million; ~1% of a durable create load's CPU).
-            for record in shards[s].records.values { try body(record) }
+            // The records alone: a key copied out is one more retain and release of a string
+            // per record (a snapshot reads a million).
+            for record in shard.records { try body(record) }
             return
         }
-        for (key, record) in shards[s].records where overlay[key] == nil { try body(record) }
+        for index in shard.records.indices where overlay[shard.keys[index]] == nil { try body(shard.records[index]) }
         for case let record? in overlay.values { try body(record) }
     }
 

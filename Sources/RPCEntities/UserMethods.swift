@@ -3,18 +3,18 @@ import RPCSchema
 /// The `user` entity: its rules and the handlers of its methods.
 enum UserMethods {
     static func register(in table: inout MethodTable<Entities>) {
-        table.on(CreateUser.self) { state, p throws(RPCError) in
+        table.on(CreateUser.self, touches: { .user($0.id) }) { state, p, key throws(RPCError) in
             try Rules.requireID(p.id, "id")
             try Rules.requireName(p.name)
             try Rules.requireEmail(p.email)
             let user = User(id: p.id, name: p.name, email: p.email)
-            guard state.users.insertNew(user, id: user.id) else {
+            guard state.users.insertNew(user, key: key) else {
                 throw .conflict("user \"\(p.id)\" exists already; pick another id or use user.updateUser")
             }
             return user
         }
-        table.on(UpdateUser.self) { state, p throws(RPCError) in
-            guard var user = state.users[p.userId] else { throw Rules.unknownUser(p.userId) }
+        table.on(UpdateUser.self, touches: { .user($0.userId) }) { state, p, key throws(RPCError) in
+            guard var user = state.users[key] else { throw Rules.unknownUser(p.userId) }
             if let name = p.newName {
                 try Rules.requireName(name)
                 user.name = name
@@ -23,19 +23,18 @@ enum UserMethods {
                 try Rules.requireEmail(email)
                 user.email = email
             }
-            state.users.insert(user, id: user.id)
+            state.users.insert(user, key: key)
             return user
         }
-        table.on(DeleteUser.self) { state, p throws(RPCError) in
-            guard state.users.remove(p.userId) != nil else { throw Rules.unknownUser(p.userId) }
-            let gone = ExactID(p.userId)
+        table.on(DeleteUser.self, touches: { .user($0.userId) }) { state, p, key throws(RPCError) in
+            guard state.users.remove(key: key) != nil else { throw Rules.unknownUser(p.userId) }
             state.buildings.updateAll { building in
-                building.residents.removeAll { ExactID($0) == gone }
+                building.residents.removeAll { ExactID($0) == key }
             }
             return Deleted(deleted: p.userId)
         }
-        table.on(GetUser.self) { state, p throws(RPCError) in
-            guard let user = state.users[p.userId] else { throw Rules.unknownUser(p.userId) }
+        table.on(GetUser.self, touches: { .user($0.userId) }) { state, p, key throws(RPCError) in
+            guard let user = state.users[key] else { throw Rules.unknownUser(p.userId) }
             return user
         }
         table.on(ListUsers.self) { state, p throws(RPCError) in

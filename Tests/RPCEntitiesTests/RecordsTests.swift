@@ -89,6 +89,38 @@ import RPCSchema
         for (copy, held) in copies { Self.expectEqual(copy, held, "the end: a kept copy") }
     }
 
+    /// Thousands of ids per shard, most removed again (a removal moves the shard's last record into
+    /// the gap and renumbers it), some re-created and changed: every id reads what the model holds,
+    /// and lists stay in order.
+    @Test func manyIdsCreatedRemovedAndChanged() {
+        var random = Random(state: 99)
+        var records = Records<String>()
+        var model: [String: String] = [:]
+        for n in 0..<60_000 { _ = records.insertNew("v\(n)", id: "id-\(n)") }
+        for n in 0..<60_000 { model["id-\(n)"] = "v\(n)" }
+        for step in 0..<120_000 {
+            let id = "id-\(random.below(80_000))"
+            switch random.below(4) {
+            case 0, 1:
+                #expect(records.remove(id) == model.removeValue(forKey: id), "step \(step): remove \(id)")
+            case 2:
+                #expect(records.insertNew("n\(step)", id: id) == (model[id] == nil), "step \(step): insertNew \(id)")
+                if model[id] == nil { model[id] = "n\(step)" }
+            default:
+                records.insert("c\(step)", id: id)
+                model[id] = "c\(step)"
+            }
+        }
+        #expect(records.count == model.count)
+        for n in 0..<80_000 where records["id-\(n)"] != model["id-\(n)"] {
+            Issue.record("id-\(n) reads \(records["id-\(n)"] ?? "nothing"), want \(model["id-\(n)"] ?? "nothing")")
+            break
+        }
+        #expect(records.values.sorted() == model.values.sorted())
+        let ids = model.keys.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+        #expect(records.page(after: ids[100], limit: 500).records == ids[101..<601].map { model[$0]! })
+    }
+
     /// While a copy reads the shards, changes wait in overlays; once it is gone, the next change to
     /// each shard folds its overlay in (so a shard is never copied whole on a loop).
     @Test func overlaysFoldOnceNoCopyReadsTheShard() {
