@@ -254,11 +254,29 @@ public struct Records<Record: Sendable>: Sendable {
         guard !overlay.isEmpty else {
             // The records alone: a key copied out is one more retain and release of a string
             // per record (a snapshot reads a million).
-            for record in shard.records { try body(record) }
+            guard let prefetch = Self.storagePrefetch else {
+                for record in shard.records { try body(record) }
+                return
+            }
+            try shard.records.withUnsafeBufferPointer { records in
+                guard let first = records.baseAddress else { return }
+                for index in records.indices {
+                    if index &+ Self.prefetchDistance < records.count { prefetch(first + index + Self.prefetchDistance) }
+                    try body(records[index])
+                }
+            }
             return
         }
         for index in shard.records.indices where overlay[shard.keys[index]] == nil { try body(shard.records[index]) }
         for case let record? in overlay.values { try body(record) }
+    }
+
+    /// How many records ahead `forEach` asks for a record's strings (`PrefetchedRecord`).
+    private static var prefetchDistance: Int { 8 }
+
+    /// The record type's `PrefetchedRecord.prefetchStorage`, if it has one.
+    private static var storagePrefetch: ((UnsafePointer<Record>) -> Void)? {
+        (Record.self as? any PrefetchedRecord.Type).map { type in { type.prefetchStorage(of: UnsafeRawPointer($0)) } }
     }
 
     /// Every record, in no particular order.

@@ -121,6 +121,19 @@ import RPCSchema
         #expect(records.page(after: ids[100], limit: 500).records == ids[101..<601].map { model[$0]! })
     }
 
+    /// Users take the snapshot's prefetching walk (`PrefetchedRecord`): a drained copy gives every
+    /// user once, whatever the shard sizes (a few records, fewer than the prefetch distance, many).
+    @Test(arguments: [3, 500, 20_000])
+    func aDrainedCopyOfUsersGivesEveryUserOnce(count: Int) {
+        var users = Records<User>()
+        for n in 0..<count { _ = users.insertNew(User(id: "user-\(n)-with-an-id-on-the-heap", name: "N\(n)", email: "n\(n)@example.com"), id: "user-\(n)-with-an-id-on-the-heap") }
+        var copy = users
+        var drained: [String] = []
+        copy.drain { drained.append($0.id + " " + $0.email) }
+        #expect(drained.sorted() == (0..<count).map { "user-\($0)-with-an-id-on-the-heap n\($0)@example.com" }.sorted())
+        #expect(users.count == count && users["user-0-with-an-id-on-the-heap"]?.name == "N0")
+    }
+
     /// While a copy reads the shards, changes wait in overlays; once it is gone, the next change to
     /// each shard folds its overlay in (so a shard is never copied whole on a loop).
     @Test func overlaysFoldOnceNoCopyReadsTheShard() {
