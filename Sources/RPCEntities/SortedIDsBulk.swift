@@ -17,12 +17,12 @@ extension SortedIDs {
     }
 
     /// `ids` in byte order without repeats, as keys (each with the prefix it was sorted by).
-    /// Sorted by `orderPrefix`: a radix sort of the first 8 bytes, then comparisons of the next 8
+    /// Sorted by `orderPrefix`: a radix sort of the first 8 bytes, then comparisons of the next 16
     /// and of whole ids only where those are shared.
     static func sortedUnique(_ ids: [ExactID]) -> [Key] {
         var entries = ids.indices.map { i in
             let prefix = ids[i].orderPrefix
-            return Entry(high: prefix.0, low: prefix.1, index: i)
+            return Entry(high: prefix.0, middle: prefix.1, low: prefix.2, index: i)
         }
         Entry.radixSortByHigh(&entries)
         // Entries sharing their first 8 bytes: by the next 8, then whole ids.
@@ -33,7 +33,9 @@ extension SortedIDs {
             if end - start > 1 {
                 entries.withUnsafeMutableBufferPointer { buffer in
                     var run = UnsafeMutableBufferPointer(rebasing: buffer[start..<end])
-                    run.sort { a, b in a.low != b.low ? a.low < b.low : ids[a.index] < ids[b.index] }
+                    run.sort { a, b in
+                        a.middle != b.middle ? a.middle < b.middle : a.low != b.low ? a.low < b.low : ids[a.index] < ids[b.index]
+                    }
                 }
             }
             start = end
@@ -41,10 +43,12 @@ extension SortedIDs {
         var out: [Key] = []
         out.reserveCapacity(ids.count)
         for (n, entry) in entries.enumerated() {
-            if n > 0, entries[n - 1].high == entry.high, entries[n - 1].low == entry.low, ids[entries[n - 1].index] == ids[entry.index] {
+            if n > 0, entries[n - 1].high == entry.high, entries[n - 1].middle == entry.middle, entries[n - 1].low == entry.low,
+                ids[entries[n - 1].index] == ids[entry.index]
+            {
                 continue
             }
-            out.append(Key(high: entry.high, low: entry.low, string: ids[entry.index].string))
+            out.append(Key(high: entry.high, middle: entry.middle, low: entry.low, string: ids[entry.index].string))
         }
         return out
     }
@@ -107,6 +111,7 @@ extension SortedIDs {
 /// An id by its `orderPrefix`, and where it is in the input.
 private struct Entry {
     var high: UInt64
+    var middle: UInt64
     var low: UInt64
     var index: Int
 

@@ -64,17 +64,17 @@ public struct ExactID: Hashable, Comparable, Sendable, CustomStringConvertible, 
         }
     }
 
-    /// The first 16 UTF-8 bytes as two big-endian words, zero-padded. Byte order refines it: when
-    /// `a < b`, `a`'s prefix is at or below `b`'s, so a sort can compare prefixes (two integer
+    /// The first 24 UTF-8 bytes as three big-endian words, zero-padded. Byte order refines it:
+    /// when `a < b`, `a`'s prefix is at or below `b`'s, so a sort can compare prefixes (integer
     /// comparisons) and compare whole ids only when the prefixes are equal.
-    public var orderPrefix: (UInt64, UInt64) {
-        var words: (UInt64, UInt64) = (0, 0)
+    public var orderPrefix: (UInt64, UInt64, UInt64) {
+        var words: (UInt64, UInt64, UInt64) = (0, 0, 0)
         ExactUTF8.withBytes(string) { bytes in
             withUnsafeMutableBytes(of: &words) { out in
-                out.copyMemory(from: UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(bytes).prefix(16)))
+                out.copyMemory(from: UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(bytes).prefix(24)))
             }
         }
-        return (UInt64(bigEndian: words.0), UInt64(bigEndian: words.1))
+        return (UInt64(bigEndian: words.0), UInt64(bigEndian: words.1), UInt64(bigEndian: words.2))
     }
 }
 

@@ -88,9 +88,9 @@ import RPCSchema
         #expect(up.ids(after: nil, limit: -1).isEmpty && up.ids(after: nil, limit: Int.min).isEmpty)
     }
 
-    /// Each id of the index costs its text and the two words beside it: 32 bytes, not more.
-    @Test func aKeyIsThirtyTwoBytes() {
-        #expect(MemoryLayout<SortedIDs.Key>.stride == 32)
+    /// Each id of the index costs its text and the three words beside it: 40 bytes, not more.
+    @Test func aKeyIsFortyBytes() {
+        #expect(MemoryLayout<SortedIDs.Key>.stride == 40)
         let key = SortedIDs.Key(ExactID("a-shared-prefix-and-more"))
         #expect(key.id == ExactID("a-shared-prefix-and-more") && key.id.fingerprint == ExactID("a-shared-prefix-and-more").fingerprint)
     }
@@ -146,13 +146,20 @@ import RPCSchema
         }
     }
 
-    /// Ids sharing their first 16 bytes (orderPrefix ties) and ids that differ only after a NUL or
-    /// in length sort in byte order.
-    @Test func bulkSortOrdersPrefixTies() {
-        let ids: [ExactID] = ["abcdefghijklmnop2", "abcdefghijklmnop10", "abcdefghijklmnop", "ab\u{0}", "ab", "ab\u{0}\u{0}", "a", "", "abcdefghijklmnop2", "\u{212A}", "K"]
+    /// Ids sharing their first 8, 16 or 24 bytes (orderPrefix ties) and ids that differ only after
+    /// a NUL or in length sort in byte order, in bulk and one by one.
+    @Test func prefixTiesSortInByteOrder() {
+        let ids: [ExactID] = [
+            "abcdefghijklmnop2", "abcdefghijklmnop10", "abcdefghijklmnop", "ab\u{0}", "ab", "ab\u{0}\u{0}", "a", "", "abcdefghijklmnop2",
+            "\u{212A}", "K", "abcdefghijklmnopqrstuvwx9", "abcdefghijklmnopqrstuvwx10", "abcdefghijklmnopqrstuvwx", "abcdefghijklmnopqrstuvw\u{0}",
+            "abcdefgh2", "abcdefgh10", "abcdefghijklmnopqrstuvwx10",
+        ]
         let sorted = SortedIDs.sortedUnique(ids)
         #expect(sorted.map(\.id) == Set(ids).sorted())
-        #expect(sorted.count == 10)
+        #expect(sorted.count == 16)
+        var oneByOne = SortedIDs()
+        for id in ids.reversed() { oneByOne.insert(id) }
+        #expect(oneByOne.ids(after: nil, limit: 100) == Set(ids).sorted() && oneByOne.violation() == nil)
     }
 
     /// While the order is deferred (journal replay), lists, counts and removals stay right.
