@@ -152,25 +152,40 @@ func collect(_ states: [LoopState], done: @escaping @Sendable (LoopState.Snapsho
     group.notify(queue: .global()) { done(sum.lock.withLock { sum.total }) }
 }
 
-/// Replies that an fsync released, on their way to one loop: the journal's writer adds each one
-/// (any thread); the loop takes all of them in one turn, fills every slot, then flushes each
-/// connection once. One wake of the loop (`EventLoop.wake`, which reaches a turn lingering in
+/// A reply held in its reserved slot until the journal has its mutation: where it goes, and
+/// where it is in its turn's buffer of replies.
+struct HeldReply {
+    let connection: Connection
+    let slot: UInt64
+    let reply: Range<Int>
+    /// For the error sent instead if the mutation cannot be saved.
+    let id: String
+    let form: WireForm
+}
+
+/// Replies that an fsync released, on their way to one loop: the journal's writer adds each
+/// turn's (any thread); the loop takes all of them in one turn, fills every slot, then flushes
+/// each connection once. One wake of the loop (`EventLoop.wake`, which reaches a turn lingering in
 /// epoll) and one send per connection per fsync, not one per reply.
+///
+/// A turn's replies travel as the turn's buffer and its slots, one reference to the buffer: a
+/// slice per reply counted it up on the writer's thread and down on the loop's, a cache line
+/// bounced between cores for every reply.
 final class ReleasedReplies: @unchecked Sendable {
-    // @unchecked: `items` and `scheduled` are guarded by `lock`; `loop` is immutable.
+    // @unchecked: `turns` and `scheduled` are guarded by `lock`; `loop` is immutable.
     private let loop: EventLoop
     private let lock = NSLock()
-    private var items: [(connection: Connection, slot: UInt64, reply: ArraySlice<UInt8>)] = []
+    private var turns: [(replies: [UInt8], held: [HeldReply])] = []
     private var scheduled = false
 
     init(loop: EventLoop) { self.loop = loop }
 
-    /// Queues filled slots under one hold of the lock (a turn's replies); the first since the loop
-    /// last delivered schedules the delivery.
-    func add(_ replies: some Collection<(Connection, UInt64, ArraySlice<UInt8>)>) {
-        guard !replies.isEmpty else { return }
+    /// Queues a turn's filled slots, `held`, whose replies are in `replies`; the first since the
+    /// loop last delivered schedules the delivery.
+    func add(_ replies: [UInt8], _ held: [HeldReply]) {
+        guard !held.isEmpty else { return }
         let schedule: Bool = lock.withLock {
-            for (connection, slot, reply) in replies { items.append((connection, slot, reply)) }
+            turns.append((replies, held))
             defer { scheduled = true }
             return !scheduled
         }
@@ -182,16 +197,18 @@ final class ReleasedReplies: @unchecked Sendable {
         loop.preconditionOnLoop()
         let batch = lock.withLock {
             scheduled = false
-            defer { items = [] }
-            return items
+            defer { turns = [] }
+            return turns
         }
-        for item in batch {
-            item.connection.fill(item.slot, with: item.reply, flush: false)
-            item.connection.flushIfLarge()  // an fsync can release thousands: not all in memory at once
+        for turn in batch {
+            for item in turn.held {
+                item.connection.fill(item.slot, with: turn.replies[item.reply], flush: false)
+                item.connection.flushIfLarge()  // an fsync can release thousands: not all in memory at once
+            }
         }
         var flushed = Set<ObjectIdentifier>()
-        for item in batch where flushed.insert(ObjectIdentifier(item.connection)).inserted {
-            item.connection.flush()
+        for turn in batch {
+            for item in turn.held where flushed.insert(ObjectIdentifier(item.connection)).inserted { item.connection.flush() }
         }
     }
 }

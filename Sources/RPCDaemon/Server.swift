@@ -309,7 +309,8 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         case .reply:
             send(box.scratch[...], id: requestID, form: box.session.form ?? .canonical, on: connection)
         case .replyAfter(let ticket, let id):
-            let waiting = DurableReply(connection, connection.reserve(), box.scratch.indices, id, box.session.form ?? .canonical)
+            let waiting = HeldReply(
+                connection: connection, slot: connection.reserve(), reply: box.scratch.indices, id: id, form: box.session.form ?? .canonical)
             release([waiting], in: box.scratch, after: ticket, to: stats.released)
         case .replyLater(let start):
             let slot = connection.reserve()
@@ -388,7 +389,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         var nextCall = 0
         var index = 0
         var durable: UInt64 = 0
-        var waiting: [DurableReply] = []
+        var waiting: [HeldReply] = []
         // Every reply that waits for the journal, in one buffer the released items share (one
         // allocation a batch, where copying each reply out cost one a mutation).
         var durableReplies: [UInt8] = []
@@ -426,7 +427,8 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
                 case .replyAfter(let ticket, let id):
                     let start = durableReplies.count
                     durableReplies.append(contentsOf: reply)
-                    waiting.append((entry.connection, entry.connection.reserve(), start..<durableReplies.count, id, entry.form))
+                    waiting.append(
+                        HeldReply(connection: entry.connection, slot: entry.connection.reserve(), reply: start..<durableReplies.count, id: id, form: entry.form))
                     durable = max(durable, ticket)
                 case .none, .replyLater:
                     break  // not from a staged request
@@ -443,24 +445,21 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         turn.reset { $0.endDeferredReplies() }
     }
 
-    /// A reply held in its reserved slot until the journal has its mutation.
-    private typealias DurableReply = (connection: Connection, slot: UInt64, reply: Range<Int>, id: String, form: WireForm)
-
     /// Fills each reply's slot once `ticket` is durable, or, if it never can be, with an error
     /// saying the change may be lost.
-    private func release(_ waiting: [DurableReply], in replies: [UInt8], after ticket: UInt64, to released: ReleasedReplies) {
+    private func release(_ waiting: [HeldReply], in replies: [UInt8], after ticket: UInt64, to released: ReleasedReplies) {
         durability?.whenDurable(ticket) { failure in
-            guard let failure else {
-                // The whole turn's replies under one hold of the loop's lock, not one each.
-                return released.add(waiting.lazy.map { ($0.connection, $0.slot, replies[$0.reply]) })
-            }
-            released.add(waiting.map { item in
-                var error: [UInt8] = []
+            // The whole turn's replies under one hold of the loop's lock, not one each.
+            guard let failure else { return released.add(replies, waiting) }
+            var errors: [UInt8] = []
+            let failed = waiting.map { item in
+                let start = errors.count
                 RequestCodec.encodeError(
                     id: item.id, .internal("the change was applied but not saved: \(failure); it may be lost on restart"),
-                    form: item.form, into: &error)
-                return (item.connection, item.slot, error[...])
-            })
+                    form: item.form, into: &errors)
+                return HeldReply(connection: item.connection, slot: item.slot, reply: start..<errors.count, id: item.id, form: item.form)
+            }
+            released.add(errors, failed)
         }
     }
 

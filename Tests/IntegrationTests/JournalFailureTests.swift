@@ -51,4 +51,28 @@ struct JournalFailureTests {
         defer { second.stop() }
         #expect(try JournalSupport.userIDs(port: second.port).isSuperset(of: acked))
     }
+
+    /// Pipelined creates share a turn and an fsync: when that fsync fails, each of them gets its
+    /// own `internal` error under its own id (the turn's errors are written into one buffer and
+    /// each slot filled from its part), and nothing is answered twice or not at all.
+    @Test("fsync fails under pipelined creates: every create of the failed turn gets its own error under its own id")
+    func pipelinedFaultAnswersEachRequestOnce() throws {
+        let dir = JournalSupport.makeDataDir()
+        defer { JournalSupport.remove(dir) }
+        let daemon = try DaemonProcess(dataDir: dir, environment: ["RPCD_TEST_FAIL_FSYNC_AFTER": "8"])
+        defer { daemon.stop() }
+        let client = try LineClient(port: daemon.port)
+        var sawFsyncError = false
+        for batch in 0..<40 where !sawFsyncError {
+            let ids = (0..<8).map { "b\(batch)-\($0)" }
+            try client.send(ids.map { Wire.createUser($0, "u-\($0)", "User", "u@example.com") + "\n" }.joined())
+            let replies = try client.readLines(ids.count).map { try Reply($0) }
+            #expect(replies.map { $0.id ?? "" } == ids, "one reply per request, in order: \(replies.map(\.line))")
+            for reply in replies where reply.isError {
+                #expect(reply.errorCode == "internal", "reply: \(reply.line)")
+                if reply.errorMessage?.contains("fsync") == true { sawFsyncError = true }
+            }
+        }
+        #expect(sawFsyncError, "no create was answered with the fsync failure")
+    }
 }
