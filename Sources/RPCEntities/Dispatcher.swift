@@ -249,7 +249,9 @@ public final class Dispatcher: @unchecked Sendable {
         // on, copied each one (a retain and a release for each of its strings, closure and arrays).
         calls.withUnsafeBufferPointer { calls in
             guard let first = calls.baseAddress else { return }
-            for index in calls.indices {
+            // Every call's record slot and key slot asked for before any runs (one call alone would
+            // ask just before it looks: nothing to overlap).
+            for index in calls.indices where calls.count > 1 {
                 if let lookup = calls[index].prepared.lookup { state.prefetch(table: lookup.table, hash: lookup.hash) }
                 if let key = calls[index].keyed?.key { state.keys.prefetch(key) }
             }

@@ -48,6 +48,6 @@ public struct Entities: Sendable {
 }
 
 extension MethodTable<Entities>.Touch {
-    static func user(_ id: String) -> Self { Self(table: Entities.usersTable, key: ExactID(id)) }
-    static func building(_ id: String) -> Self { Self(table: Entities.buildingsTable, key: ExactID(id)) }
+    static func user(_ id: String) -> Self { Self(table: Entities.usersTable, id: id) }
+    static func building(_ id: String) -> Self { Self(table: Entities.buildingsTable, id: id) }
 }

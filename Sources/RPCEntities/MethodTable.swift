@@ -14,24 +14,24 @@ public struct MethodTable<State>: Sendable {
     public struct Prepared: Sendable {
         let call: @Sendable (inout State, inout [UInt8]) -> RPCError?
         /// Where the record the call reads or writes is looked up, when its method names one
-        /// (`on(_:touches:)`): its table and its id's hash, plain data (a `Touch` held here, its
-        /// id's string, was a retain and a release more each time a call was copied).
+        /// (`on(_:touches:)`): its table and its id's hash (`ExactID.fingerprint`), plain data.
         public let lookup: (table: Int, hash: Int)?
 
         public func callAsFunction(_ state: inout State, _ out: inout [UInt8]) -> RPCError? { call(&state, &out) }
     }
 
-    /// The record a call reads or writes, known before the state lock is taken: the lock's holder
-    /// asks the CPU for every call's record slot before it runs any, so their cache misses overlap
-    /// instead of each holding the lock (`Entities.prefetch`).
+    /// The record a call reads or writes, named by its decoded param: its id is hashed once,
+    /// before the state lock is taken, and the lock's holder asks the CPU for every call's record
+    /// slot before it runs any, so their cache misses overlap instead of each holding the lock
+    /// (`Entities.prefetch`).
     public struct Touch: Sendable {
         /// Which of the state's record tables, in the state's own numbering.
         public let table: Int
-        public let key: ExactID
+        public let id: String
 
-        public init(table: Int, key: ExactID) {
+        public init(table: Int, id: String) {
             self.table = table
-            self.key = key
+            self.id = id
         }
     }
 
@@ -144,15 +144,15 @@ public struct MethodTable<State>: Sendable {
         }
     }
 
-    /// Registers `C`, a call on one record: `touches` names the record from the decoded param
-    /// (before the state lock is taken), and the handler gets its id as the `ExactID` made then,
-    /// hashed once.
+    /// Registers `C`, a call on one record: `touches` names the record from the decoded param, and
+    /// the handler gets its id as an `ExactID` hashed once, before the state lock was taken.
     public mutating func on<C: RPCCall>(
         _ call: C.Type, access: RPCAccess? = nil, touches: @escaping @Sendable (C) -> Touch,
         _ handler: @escaping @Sendable (inout State, C, ExactID) throws(RPCError) -> C.Reply
     ) where C.Reply: JSONWritable {
-        register(call, access: access ?? Self.defaultAccess(call), touches: touches, { state, params, touch throws(RPCError) in
-            try handler(&state, params, (touch ?? touches(params)).key)
+        register(call, access: access ?? Self.defaultAccess(call), touches: touches, { state, params, hash throws(RPCError) in
+            let id = touches(params).id
+            return try handler(&state, params, hash.map { ExactID(id, fingerprint: $0) } ?? ExactID(id))
         }) { reply, out in
             reply.writeJSON(into: &out)
             return nil
@@ -161,7 +161,7 @@ public struct MethodTable<State>: Sendable {
 
     private mutating func register<C: RPCCall>(
         _ call: C.Type, access: RPCAccess, touches: (@Sendable (C) -> Touch)?,
-        _ handler: @escaping @Sendable (inout State, C, Touch?) throws(RPCError) -> C.Reply, write: @escaping @Sendable (C.Reply, inout [UInt8]) -> RPCError?
+        _ handler: @escaping @Sendable (inout State, C, Int?) throws(RPCError) -> C.Reply, write: @escaping @Sendable (C.Reply, inout [UInt8]) -> RPCError?
     ) {
         let fields = C.fields
         let method = C.method
@@ -169,7 +169,7 @@ public struct MethodTable<State>: Sendable {
             ParamDecoding.decode(C.self, from: param, fields: fields).map { params in
                 PreparedSilently { state in
                     do throws(RPCError) {
-                        _ = try handler(&state, params, touches?(params))
+                        _ = try handler(&state, params, nil)
                         return nil
                     } catch {
                         return error
@@ -181,8 +181,10 @@ public struct MethodTable<State>: Sendable {
         // the handler's and the writer's.
         let runner = Runner(handler: handler, write: write)
         @Sendable func prepared(_ params: C) -> Prepared {
-            let touch = touches?(params)
-            return Prepared(call: { state, out in runner.run(&state, params, touch, &out) }, lookup: touch.map { ($0.table, $0.key.fingerprint) })
+            guard let touches else { return Prepared(call: { state, out in runner.run(&state, params, nil, &out) }, lookup: nil) }
+            let touch = touches(params)
+            let hash = ExactID.fingerprint(of: touch.id)
+            return Prepared(call: { state, out in runner.run(&state, params, hash, &out) }, lookup: (touch.table, hash))
         }
         var preparePlain: (@Sendable (PlainObject) -> Prepared?)?
         if let decode = Self.plainDecoder(C.self) {
@@ -216,20 +218,21 @@ public struct MethodTable<State>: Sendable {
 
     /// A method's handler and reply writer, shared by its requests' prepared calls.
     private final class Runner<C: RPCCall>: Sendable {
-        let handler: @Sendable (inout State, C, Touch?) throws(RPCError) -> C.Reply
+        let handler: @Sendable (inout State, C, Int?) throws(RPCError) -> C.Reply
         let write: @Sendable (C.Reply, inout [UInt8]) -> RPCError?
 
         init(
-            handler: @escaping @Sendable (inout State, C, Touch?) throws(RPCError) -> C.Reply,
+            handler: @escaping @Sendable (inout State, C, Int?) throws(RPCError) -> C.Reply,
             write: @escaping @Sendable (C.Reply, inout [UInt8]) -> RPCError?
         ) {
             self.handler = handler
             self.write = write
         }
 
-        func run(_ state: inout State, _ params: C, _ touch: Touch?, _ out: inout [UInt8]) -> RPCError? {
+        /// `hash`: the record's id's, when the call names one and it was hashed already.
+        func run(_ state: inout State, _ params: C, _ hash: Int?, _ out: inout [UInt8]) -> RPCError? {
             do throws(RPCError) {
-                return write(try handler(&state, params, touch), &out)
+                return write(try handler(&state, params, hash), &out)
             } catch {
                 return error
             }

@@ -19,9 +19,23 @@ public struct ExactID: Hashable, Comparable, Sendable, CustomStringConvertible, 
         var string = string
         string.makeContiguousUTF8()
         self.string = string
+        fingerprint = Self.fingerprint(of: string)
+    }
+
+    /// The fingerprint an `ExactID` of `string` has.
+    package static func fingerprint(of string: String) -> Int {
         var hasher = Hasher()
         ExactUTF8.withBytes(string) { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
-        fingerprint = hasher.finalize()
+        return hasher.finalize()
+    }
+
+    /// An id whose fingerprint `init(_:)` computed already, for the same string in this process
+    /// (a call hashes its record's id once, before the state lock is taken).
+    package init(_ string: String, fingerprint: Int) {
+        var string = string
+        string.makeContiguousUTF8()
+        self.string = string
+        self.fingerprint = fingerprint
     }
 
     public init(stringLiteral value: String) { self.init(value) }
