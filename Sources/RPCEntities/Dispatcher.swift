@@ -143,10 +143,15 @@ public final class Dispatcher: @unchecked Sendable {
         /// The request's method and param, for an outcome remembered with a `legacyDigest`.
         let method: RPCMethod
         let param: JSONValue?
+        /// The param was left plain (not parsed): the journal body's bytes hold it.
+        let paramInBody: Bool
 
-        /// Whether `outcome` was remembered for this same request.
-        func matches(_ outcome: IdempotencyKeys.Outcome) -> Bool {
-            outcome.digest == (outcome.legacyDigest ? IdempotencyKeys.legacyDigest(method: method, param: param) : digest)
+        /// Whether `outcome` was remembered for this same request (`body`: the call's journal body).
+        func matches(_ outcome: IdempotencyKeys.Outcome, body: JournalRecord.Body?) -> Bool {
+            guard outcome.legacyDigest else { return outcome.digest == digest }
+            // Only outcomes read from a snapshot or feed older than `digest` have one: parsed now.
+            let param = paramInBody ? body?.parsedParam() : self.param
+            return outcome.digest == IdempotencyKeys.legacyDigest(method: method, param: param)
         }
     }
 
@@ -185,9 +190,14 @@ public final class Dispatcher: @unchecked Sendable {
         if entry.service != nil { return .service }
         var param = request.param
         var prepared = plainParam.flatMap { entry.preparePlain?($0) }
+        let journaled = entry.isMutation && log != nil
         // The parsed param, where a plain one was not enough: to decode and word an error, for a
-        // key's digest, and in debug builds for the journal body's check of its copied bytes.
-        if let plainParam, prepared == nil || request.key != nil || Self.checksCopiedBytes { param = plainParam.value }
+        // journal body or a key's digest not made from the line's own bytes, and in debug builds
+        // for the journal body's check of its copied bytes. (A keyed create parsed it always: ~10%
+        // of its cost, for a legacy digest it almost never meets; see `Keyed.matches`.)
+        let keyedWithoutBytes = entry.isMutation && request.key != nil && !(journaled && methodAndParam != nil)
+        let needsParsed = prepared == nil || (journaled && methodAndParam == nil) || keyedWithoutBytes
+        if let plainParam, needsParsed || Self.checksCopiedBytes { param = plainParam.value }
         if prepared == nil {
             switch entry.prepare(param) {
             case .success(let call): prepared = call
@@ -196,12 +206,12 @@ public final class Dispatcher: @unchecked Sendable {
                 return .served(Served(disposition: .reply, failed: true, known: true))
             }
         }
-        let body = entry.isMutation && log != nil ? JournalRecord.Body(request, param: param, methodAndParam: methodAndParam) : nil
+        let body = journaled ? JournalRecord.Body(request, param: param, methodAndParam: methodAndParam) : nil
         var keyed: Keyed?
         if entry.isMutation, let key = request.key {
             keyed = Keyed(
                 key: IdempotencyKeys.Key(key), digest: body?.digest ?? IdempotencyKeys.digest(method: request.method, param: param),
-                now: DispatchTime.now().uptimeNanoseconds, method: request.method, param: param)
+                now: DispatchTime.now().uptimeNanoseconds, method: request.method, param: param, paramInBody: plainParam != nil && !needsParsed)
         }
         guard let prepared else { preconditionFailure("a call is prepared or answered") }
         calls.append(Call(
@@ -309,7 +319,7 @@ public final class Dispatcher: @unchecked Sendable {
     ) -> (RPCError?, UInt64?) {
         if call.pointee.isMutation, let readOnly { return (.readOnly(readOnly), nil) }
         if let keyed = call.pointee.keyed, let prior = state.keys.lookup(keyed.key, now: keyed.now) {
-            guard keyed.matches(prior) else {
+            guard keyed.matches(prior, body: call.pointee.body) else {
                 return (.keyReused("key \"\(keyed.key.id.string.prefix(128))\" was first used with another method or param; use a new key for a new mutation"), nil)
             }
             if let error = prior.error { return (error, nil) }

@@ -31,6 +31,8 @@ public enum JournalRecord {
         let bytes: [UInt8]
         /// `IdempotencyKeys.digest` of a keyed request, hashed from the bytes just encoded.
         let digest: UInt64?
+        /// Where `,"method":…,"param":…` ends in `bytes`.
+        let methodAndParamEnd: Int
 
         public init(_ request: Request) {
             self.init(request, param: request.param, methodAndParam: nil)
@@ -50,6 +52,7 @@ public enum JournalRecord {
             } else {
                 appendMethodAndParam(method: request.method, param: param, into: &out)
             }
+            methodAndParamEnd = out.count
             if let key = request.key {
                 digest = out.withUnsafeBytes { IdempotencyKeys.digest(canonical: $0) }
                 out.append(contentsOf: keyPrefix.bytes)
@@ -59,6 +62,16 @@ public enum JournalRecord {
             }
             out.append(contentsOf: seqPrefix.bytes)
             bytes = out
+        }
+
+        /// The request's param, parsed from the bytes (a keyed call meeting an outcome with a
+        /// legacy digest, whose param was left plain).
+        func parsedParam() -> JSONValue? {
+            var object: [UInt8] = [UInt8(ascii: "{")]
+            object.append(contentsOf: bytes[1..<methodAndParamEnd])  // past the leading comma
+            object.append(UInt8(ascii: "}"))
+            guard case .object(let fields)? = try? JSONParser.parse(object) else { return nil }
+            return fields["param"]
         }
 
         private static func methodAndParam(_ method: RPCMethod, _ param: JSONValue?) -> [UInt8] {
@@ -86,6 +99,8 @@ public enum JournalRecord {
             else { return nil }
             bytes = Array(line[head..<(line.count - tail)])
             digest = nil
+            // Any key is kept within: `parsedParam` reads the param alone.
+            methodAndParamEnd = bytes.count - seqPrefix.bytes.count
         }
     }
 

@@ -321,6 +321,21 @@ struct JournalTests {
         var written: [UInt8] = []
         dispatcher.withState { state in JournalSnapshot.encodeRecords(state) { written += $0 } }
         #expect(String(decoding: written, as: UTF8.self).contains(#""rpcdKey":"old","digest":"\#(legacy)","#))
+
+        // As a daemon gets them: lines, and a journal. The param is then left plain (not parsed)
+        // and parsed from the journal body's bytes only to meet the legacy digest.
+        let journaled = Dispatcher(state: restored.state, log: DurableNowLog())
+        func sendLine(_ line: String) -> String {
+            var out: [UInt8] = []
+            var session = Dispatcher.Session()
+            _ = Array(line.utf8).withUnsafeBytes { journaled.handle(line: $0, session: &session, into: &out) }
+            return String(decoding: out, as: UTF8.self)
+        }
+        let retriedLine = sendLine(#"{"id":"again","method":"user.createUser","param":{"id":"u1","name":"Ada","email":"a@x"},"key":"old"}"#)
+        #expect(retriedLine.hasPrefix(#"{"id":"again","method":"user.createUserResult""#), "\(retriedLine)")
+        let reusedLine = sendLine(#"{"id":"other","method":"user.createUser","param":{"id":"u2","name":"Bo","email":"b@x"},"key":"old"}"#)
+        #expect(reusedLine.contains(#""code":"keyReused""#), "\(reusedLine)")
+        #expect(journaled.withState { $0.users.count } == 1)
     }
 
     @Test("the newline search finds the first newline at or after any offset, in runs of every length")
@@ -338,4 +353,11 @@ struct JournalTests {
         }
         #expect([UInt8]().withUnsafeBytes { JournalReplay.newline(in: $0, from: 0) } == nil)
     }
+}
+
+/// A journal that takes every record and has it durable at once.
+private final class DurableNowLog: MutationLog {
+    func refusal() -> String? { nil }
+    func record(_ body: JournalRecord.Body) -> UInt64? { nil }
+    func whenDurable(_ ticket: UInt64, _ done: @escaping @Sendable (String?) -> Void) { done(nil) }
 }
