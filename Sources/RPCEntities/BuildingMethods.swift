@@ -28,8 +28,8 @@ enum BuildingMethods {
             guard state.buildings.remove(key: key) != nil else { throw Rules.unknownBuilding(p.buildingId) }
             return Deleted(deleted: p.buildingId)
         }
-        table.on(GetBuilding.self, touches: { .building($0.buildingId) }) { state, p, key throws(RPCError) in
-            guard let building = state.buildings[key] else { throw Rules.unknownBuilding(p.buildingId) }
+        table.on(GetBuilding.self) { state, p throws(RPCError) in
+            guard let building = state.buildings[p.buildingId] else { throw Rules.unknownBuilding(p.buildingId) }
             return building
         }
         table.on(ListBuildings.self) { state, p throws(RPCError) in

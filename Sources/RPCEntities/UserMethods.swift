@@ -33,8 +33,10 @@ enum UserMethods {
             }
             return Deleted(deleted: p.userId)
         }
-        table.on(GetUser.self, touches: { .user($0.userId) }) { state, p, key throws(RPCError) in
-            guard let user = state.users[key] else { throw Rules.unknownUser(p.userId) }
+        // Reads name no record (`touches`): in a table that fits the cache a get has nothing to
+        // prefetch, and hashing its id before the lock cost a get ~3% more instructions.
+        table.on(GetUser.self) { state, p throws(RPCError) in
+            guard let user = state.users[p.userId] else { throw Rules.unknownUser(p.userId) }
             return user
         }
         table.on(ListUsers.self) { state, p throws(RPCError) in
