@@ -1,4 +1,3 @@
-import CRPCLinux
 import RPCSchema
 
 /// The outcomes of keyed mutations, so a retry with the same key gets the first outcome again
@@ -12,7 +11,7 @@ import RPCSchema
 /// - the entries, in arrival order, in fixed chunks (appended, dropped a chunk at a time); an
 ///   entry is plain data (no reference), so reading or dropping one touches no other memory;
 /// - the keys' and replies' bytes, in arrival order, in byte chunks (no allocation per key);
-/// - an index of 64 open-addressing shards of 8-byte slots (an entry's number and 24 bits of its
+/// - an index of 64 `SlotIndex` shards of 8-byte slots (an entry's number and 24 bits of its
 ///   key's hash), so a miss reads one cache line and never the key, and growing a shard reads
 ///   no entry.
 /// After compaction takes a copy-on-write copy of the state, the next keyed mutation copies one
@@ -86,12 +85,8 @@ public struct IdempotencyKeys: Sendable {
         public func hash(into hasher: inout Hasher) { hasher.combine(hash) }
     }
 
-    /// Where a key's hash puts it: its shard, its home slot (masked by the shard's size), and the
-    /// 24 bits its slot holds: the home's own low bits, so a shard of up to 2^24 slots is rehashed
-    /// from its slots alone (the rest still tell keys apart on a lookup).
+    /// The shard a key's hash puts it in (its low bits; the rest pick its slot, `SlotIndex`).
     @inline(__always) private static func shard(_ hash: Int) -> Int { hash & (shardCount - 1) }
-    @inline(__always) private static func home(_ hash: Int) -> Int { Int(truncatingIfNeeded: UInt(bitPattern: hash) >> 6) }
-    @inline(__always) private static func tag(_ hash: Int) -> UInt64 { UInt64(UInt(bitPattern: hash) >> 6) & tagMask }
 
     /// One remembered key: 56 bytes of plain data, its key's and reply's bytes in `bytes`.
     struct Entry: Sendable {
@@ -113,28 +108,12 @@ public struct IdempotencyKeys: Sendable {
     static var shardCount: Int { 64 }
     private static var entryChunkSize: Int { 4096 }
     private static var byteChunkSize: Int { 256 * 1024 }
-    /// Slots hold `number | tag << tagShift`, where `number` is the entry's number plus one (0: empty).
-    private static var tagShift: UInt64 { 40 }
-    private static var numberMask: UInt64 { (1 << tagShift) - 1 }
-    private static var tagMask: UInt64 { (1 << (64 - tagShift)) - 1 }
-    private static var tombstone: UInt64 { numberMask }
-
-    @inline(__always) private static func slot(number: UInt64, tag: UInt64) -> UInt64 { (number &+ 1) | tag << tagShift }
-    /// The entry number in a live slot.
-    @inline(__always) private static func number(in slot: UInt64) -> UInt64 { (slot & numberMask) &- 1 }
-    /// Neither empty nor a tombstone.
-    @inline(__always) private static func isLive(_ slot: UInt64) -> Bool { slot != 0 && slot & numberMask != tombstone }
-    /// Entry numbers are renumbered from 0 before they reach this (never, in practice).
+    /// Entry numbers are renumbered from 0 before they reach this (never, in practice); below
+    /// `SlotIndex.numberLimit`.
     static var numberLimit: UInt64 { (1 << 39) }
 
-    private struct Shard: Sendable {
-        var slots: [UInt64] = []
-        /// Live slots, and live plus tombstones.
-        var live = 0
-        var used = 0
-    }
-
-    private var shards = [Shard](repeating: Shard(), count: IdempotencyKeys.shardCount)
+    /// The index: per shard, entry numbers by their keys' hashes.
+    private var shards = [SlotIndex](repeating: SlotIndex(), count: IdempotencyKeys.shardCount)
     /// The entries in arrival order; `entries[0][head]` is the oldest, numbered `base + head`.
     private var entries: [[Entry]] = []
     private var head = 0
@@ -296,9 +275,11 @@ public struct IdempotencyKeys: Sendable {
 
     /// Entry `number` (live).
     @inline(__always)
-    private func entry(_ number: UInt64) -> Entry {
+    private func entry(_ number: UInt64) -> Entry { Self.entry(number, in: entries, base: base) }
+
+    private static func entry(_ number: UInt64, in entries: [[Entry]], base: UInt64) -> Entry {
         let position = Int(number &- base)
-        return entries[position / Self.entryChunkSize][position % Self.entryChunkSize]
+        return entries[position / entryChunkSize][position % entryChunkSize]
     }
 
     /// Calls `body` with the bytes of `entry`'s key.
@@ -374,7 +355,7 @@ public struct IdempotencyKeys: Sendable {
     /// start near it) and rebuilds the index.
     mutating func renumber(from first: UInt64 = 0) {
         base = first &- UInt64(head)
-        for index in shards.indices { shards[index] = Shard() }
+        for index in shards.indices { shards[index] = SlotIndex() }
         var number = first
         Self.forEachLive(entries, head: head) { entry in
             insert(hash: entry.hash, number: number)
@@ -388,32 +369,11 @@ public struct IdempotencyKeys: Sendable {
 
     /// Asks the CPU for the index slot where a lookup of `key` starts (a batch prefetches every
     /// key before looking any up, so their cache misses overlap).
-    public func prefetch(_ key: Key) {
-        let s = Self.shard(key.hash)
-        shards[s].slots.withUnsafeBufferPointer { slots in
-            guard let base = slots.baseAddress else { return }
-            crpc_prefetch(base + (Self.home(key.hash) & (slots.count - 1)))
-        }
-    }
+    public func prefetch(_ key: Key) { shards[Self.shard(key.hash)].prefetch(hash: key.hash) }
 
     /// The number of the entry holding `key`.
     private func find(_ key: Key) -> UInt64? {
-        let s = Self.shard(key.hash)
-        guard shards[s].live > 0 else { return nil }
-        return shards[s].slots.withUnsafeBufferPointer { slots in
-            let mask = slots.count - 1
-            let tag = Self.tag(key.hash)
-            var i = Self.home(key.hash) & mask
-            while true {
-                let slot = slots[i]
-                if slot == 0 { return nil }
-                if slot >> Self.tagShift == tag && Self.isLive(slot) {
-                    let number = Self.number(in: slot)
-                    if holds(key, at: number) { return number }
-                }
-                i = (i + 1) & mask
-            }
-        }
+        shards[Self.shard(key.hash)].find(hash: key.hash) { holds(key, at: UInt64($0)) }.map { UInt64($0) }
     }
 
     /// Whether entry `number` (live) is `key`'s.
@@ -424,48 +384,13 @@ public struct IdempotencyKeys: Sendable {
     }
 
     private mutating func insert(hash: Int, number: UInt64) {
-        let s = Self.shard(hash)
-        if (shards[s].used + 1) * 2 > shards[s].slots.count { rebuild(s, forLive: shards[s].live + 1) }
-        let value = Self.slot(number: number, tag: Self.tag(hash))
-        let mask = shards[s].slots.count - 1
-        var i = Self.home(hash) & mask
-        let fresh = shards[s].slots.withUnsafeMutableBufferPointer { slots in
-            while Self.isLive(slots[i]) { i = (i + 1) & mask }
-            defer { slots[i] = value }
-            return slots[i] == 0
-        }
-        if fresh { shards[s].used += 1 }
-        shards[s].live += 1
+        // A shard past 2^24 slots grows by the entries' hashes (never, in practice).
+        let (entries, base) = (self.entries, self.base)
+        shards[Self.shard(hash)].insert(hash: hash, number: Int(number)) { Self.entry(UInt64($0), in: entries, base: base).hash }
     }
 
     private mutating func remove(hash: Int, number: UInt64) {
-        let s = Self.shard(hash)
-        let value = Self.slot(number: number, tag: Self.tag(hash))
-        let mask = shards[s].slots.count - 1
-        var i = Self.home(hash) & mask
-        shards[s].slots.withUnsafeMutableBufferPointer { slots in
-            while slots[i] != value {
-                precondition(slots[i] != 0, "an idempotency key's entry is missing from its index")
-                i = (i + 1) & mask
-            }
-            slots[i] = Self.tombstone
-        }
-        shards[s].live -= 1
-    }
-
-    /// Rehashes shard `s` into a table at most a quarter full for `live` keys (tombstones dropped).
-    private mutating func rebuild(_ s: Int, forLive live: Int) {
-        var capacity = 16
-        while capacity < live * 4 { capacity *= 2 }
-        var slots = [UInt64](repeating: 0, count: capacity)
-        let mask = capacity - 1
-        let tagHoldsHome = UInt64(capacity) <= Self.tagMask + 1
-        for slot in shards[s].slots where Self.isLive(slot) {
-            var i = (tagHoldsHome ? Int(slot >> Self.tagShift) : Self.home(entry(Self.number(in: slot)).hash)) & mask
-            while slots[i] != 0 { i = (i + 1) & mask }
-            slots[i] = slot
-        }
-        shards[s] = Shard(slots: slots, live: shards[s].live, used: shards[s].live)
+        shards[Self.shard(hash)].remove(hash: hash, number: Int(number))
     }
 
     /// What makes a retry the same request: a 64-bit hash of the canonical encoding of method and

@@ -2,7 +2,7 @@ import CRPCLinux
 
 /// An open-addressing index from a key's hash to a number the owner gives it (where the owner
 /// keeps the key: an array position, an entry number), for one shard of a table whose 64 shards
-/// are chosen by the hash's low 6 bits (`Records`).
+/// are chosen by the hash's low 6 bits (`Records`, `IdempotencyKeys`).
 ///
 /// Each slot is 8 bytes: `number + 1 | tag << 40`, 0 when empty. The tag is 24 bits of the hash,
 /// the low bits of the key's home slot, so
