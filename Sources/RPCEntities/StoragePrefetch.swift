@@ -7,8 +7,17 @@ import RPCSchema
 /// line not yet loaded, which waits for that line before the next can start (two thirds of a
 /// snapshot's time, `perf`). Asked for ahead, the lines arrive together.
 protocol PrefetchedRecord {
-    /// Asks for the storage of the record at `record` (read as raw words, never through a copy).
-    static func prefetchStorage(of record: UnsafeRawPointer)
+    /// Where the record's `String` fields sit in it (`MemoryLayout.offset(of:)`).
+    static var stringOffsets: [Int] { get }
+}
+
+extension PrefetchedRecord {
+    /// Asks for the storage of the strings of the record at `record` (read as raw words, never
+    /// through a copy).
+    @inline(__always)
+    static func prefetchStorage(of record: UnsafeRawPointer) {
+        for offset in stringOffsets { prefetchStringStorage(record + offset) }
+    }
 }
 
 /// Asks the CPU for the heap storage of the `String` at `string`, read as raw words: no retain,
@@ -28,17 +37,9 @@ func prefetchStringStorage(_ string: UnsafeRawPointer) {
 }
 
 extension User: PrefetchedRecord {
-    private static let stringOffsets = [\User.id, \User.name, \User.email].compactMap { MemoryLayout<User>.offset(of: $0) }
-
-    static func prefetchStorage(of record: UnsafeRawPointer) {
-        for offset in stringOffsets { prefetchStringStorage(record + offset) }
-    }
+    static let stringOffsets = [\User.id, \User.name, \User.email].compactMap { MemoryLayout<User>.offset(of: $0) }
 }
 
 extension Building: PrefetchedRecord {
-    private static let stringOffsets = [\Building.id, \Building.name, \Building.address].compactMap { MemoryLayout<Building>.offset(of: $0) }
-
-    static func prefetchStorage(of record: UnsafeRawPointer) {
-        for offset in stringOffsets { prefetchStringStorage(record + offset) }
-    }
+    static let stringOffsets = [\Building.id, \Building.name, \Building.address].compactMap { MemoryLayout<Building>.offset(of: $0) }
 }
