@@ -66,7 +66,9 @@ extension Daemon {
         if let reloader {
             context.setAuthenticator { name, token in reloader.authenticate(name: name, token: token)?.role }
         }
-        let dispatcher = Dispatcher(state: state, log: journal, context: context, onCounterRequest: { request in
+        // `consume`: a copy of the state left alive here would share every record shard with the
+        // dispatcher's, so each change would go to the overlays instead of the shards, for good.
+        let dispatcher = Dispatcher(state: consume state, log: journal, context: context, onCounterRequest: { request in
             log.debug("counter-request \(request.method) id \(request.id) received; not answered")
         })
         journal.attach(dispatcher)

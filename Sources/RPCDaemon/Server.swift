@@ -556,7 +556,12 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
                 ConnectionStats(current: self.connections.count, total: totalConnections, refused: refusedConnections, idleClosed: 0)
             }
             var result = StatsReport.stats(snapshot, connections: connections, uptime: uptime, journal: journalStats?() ?? JournalStats())
-            result.idempotency = dispatcher.withState { KeyStats(keys: $0.keys.count, hits: $0.keys.hits, evictions: $0.keys.evictions) }
+            (result.idempotency, result.state) = dispatcher.withState {
+                (
+                    KeyStats(keys: $0.keys.count, hits: $0.keys.hits, evictions: $0.keys.evictions),
+                    StateStats(users: $0.users.count, buildings: $0.buildings.count, overlaid: $0.users.overlaid + $0.buildings.overlaid)
+                )
+            }
             result.replication = replicationStats?()
             done(result)
         }

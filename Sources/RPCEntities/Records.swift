@@ -109,8 +109,9 @@ public struct Records<Record: Sendable>: Sendable {
     /// storage's, so ids that share these bits still spread over its buckets.
     private static func shard(_ id: ExactID) -> Int { id.fingerprint & (shardCount - 1) }
 
-    /// Entries waiting in overlays (tests: zero once no copy reads a shard and each was changed).
-    var overlaidEntries: Int { overlays.reduce(0) { $0 + $1.count } }
+    /// Changes waiting in overlays: zero once no copy reads a shard and each was changed since
+    /// (`system.stats` reports it; a copy that never lets go shows as a count that only grows).
+    public var overlaid: Int { overlays.reduce(0) { $0 + $1.count } }
 
     @inline(__always)
     private func lookup(_ key: ExactID, in shard: Int) -> Record? {

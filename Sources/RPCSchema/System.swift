@@ -85,6 +85,8 @@ public struct StatsResult: Codable, Hashable, Sendable {
     public var idempotency: KeyStats?
     /// Leader or follower, subscribers and lag (absent from older daemons).
     public var replication: ReplicationStats?
+    /// Records held, and how many changes wait in overlays (absent from older daemons).
+    public var state: StateStats?
 
     public init(
         uptimeSeconds: Double, connections: ConnectionStats, requests: Int, errors: Int, methods: [MethodStats],
@@ -135,6 +137,21 @@ public struct KeyStats: Codable, Hashable, Sendable {
         self.keys = keys
         self.hits = hits
         self.evictions = evictions
+    }
+}
+
+/// The records held. `overlaid`: changes made while a copy of the state (a compaction's snapshot)
+/// still read the part they touched, kept beside it until the copy is done; it returns to 0 after
+/// each compaction, and a value that only grows means a copy never let go (each write then costs a
+/// second lookup).
+public struct StateStats: Codable, Hashable, Sendable {
+    public var users: Int
+    public var buildings: Int
+    public var overlaid: Int
+    public init(users: Int, buildings: Int, overlaid: Int) {
+        self.users = users
+        self.buildings = buildings
+        self.overlaid = overlaid
     }
 }
 

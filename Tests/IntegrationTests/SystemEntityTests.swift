@@ -95,6 +95,12 @@ struct SystemEntityTests {
             let onDisk = (try? FileManager.default.attributesOfItem(atPath: daemon.dataDir.appendingPathComponent("journal.jsonl").path)[.size] as? Int) ?? -1
             #expect(journalBytes > 5 * 60 && journalBytes == onDisk, "stats say \(journalBytes) bytes, the file has \(onDisk): \(reply.line)")
             #expect(stats["uptimeSeconds"] is Double)
+            // No compaction ran, so no copy of the state reads a shard: the five creates went into
+            // the shards. A copy of the recovered state left alive at startup (serve's own, until
+            // `consume`) made every write an overlay entry, for good.
+            let state = try #require(stats["state"] as? [String: Any])
+            #expect(state["users"] as? Int == 5 && state["buildings"] as? Int == 0, "\(reply.line)")
+            #expect(state["overlaid"] as? Int == 0, "\(reply.line)")
         }
     }
 }

@@ -139,18 +139,18 @@ import RPCSchema
     @Test func overlaysFoldOnceNoCopyReadsTheShard() {
         var live = Records<String>()
         for n in 0..<1_000 { _ = live.insertNew("a\(n)", id: "id\(n)") }
-        #expect(live.overlaidEntries == 0)
+        #expect(live.overlaid == 0)
         var copy: Records<String>? = live
         for n in 1_000..<1_500 { _ = live.insertNew("a\(n)", id: "id\(n)") }
         live.remove("id3")
         live.insert("changed", id: "id4")
-        #expect(live.overlaidEntries == 502, "changes to shared shards wait in overlays")
+        #expect(live.overlaid == 502, "changes to shared shards wait in overlays")
         #expect(copy?.count == 1_000 && copy?["id3"] == "a3" && copy?["id4"] == "a4" && copy?["id1200"] == nil)
         #expect(live["id3"] == nil && live["id4"] == "changed" && live["id1200"] == "a1200" && live.count == 1_499)
         copy = nil
         // Enough new ids to touch all 64 shards (a shard missed by 5,000 random ids: p < 1e-30).
         for n in 2_000..<7_000 { _ = live.insertNew("a\(n)", id: "id\(n)") }
-        #expect(live.overlaidEntries == 0, "each shard folded its overlay at its first change")
+        #expect(live.overlaid == 0, "each shard folded its overlay at its first change")
         #expect(live["id3"] == nil && live["id4"] == "changed" && live["id1200"] == "a1200" && live.count == 6_499)
         _ = copy
     }
