@@ -135,11 +135,10 @@ public final class Dispatcher: @unchecked Sendable {
         let keyed: Keyed?
     }
 
-    /// What a keyed mutation brings to the key table.
+    /// What a keyed mutation brings to the key table (the time comes from `run`, once a batch).
     struct Keyed {
         let key: IdempotencyKeys.Key
         let digest: UInt64
-        let now: UInt64
         /// The request's method and param, for an outcome remembered with a `legacyDigest`.
         let method: RPCMethod
         let param: JSONValue?
@@ -211,7 +210,7 @@ public final class Dispatcher: @unchecked Sendable {
         if entry.isMutation, let key = request.key {
             keyed = Keyed(
                 key: IdempotencyKeys.Key(key), digest: body?.digest ?? IdempotencyKeys.digest(method: request.method, param: param),
-                now: DispatchTime.now().uptimeNanoseconds, method: request.method, param: param, paramInBody: plainParam != nil && !needsParsed)
+                method: request.method, param: param, paramInBody: plainParam != nil && !needsParsed)
         }
         guard let prepared else { preconditionFailure("a call is prepared or answered") }
         calls.append(Call(
@@ -260,11 +259,18 @@ public final class Dispatcher: @unchecked Sendable {
         calls.withUnsafeBufferPointer { calls in
             guard let first = calls.baseAddress else { return }
             // Every call's record slot and key slot asked for before any runs (one call alone would
-            // ask just before it looks: nothing to overlap).
-            for index in calls.indices where calls.count > 1 {
-                if let lookup = calls[index].prepared.lookup { state.prefetch(table: lookup.table, hash: lookup.hash) }
-                if let key = calls[index].keyed?.key { state.keys.prefetch(key) }
+            // ask just before it looks: nothing to overlap). Only hashes are read: no string is retained.
+            var anyKeyed = false
+            let overlaps = calls.count > 1
+            for index in calls.indices {
+                if overlaps, let lookup = calls[index].prepared.lookup { state.prefetch(table: lookup.table, hash: lookup.hash) }
+                if let hash = calls[index].keyed?.key.hash {
+                    anyKeyed = true
+                    if overlaps { state.keys.prefetch(hash: hash) }
+                }
             }
+            // One clock read for the batch's keyed calls (the time a key is remembered at).
+            let now = anyKeyed ? DispatchTime.now().uptimeNanoseconds : 0
             for index in calls.indices where out.count - start < maxBytes {
                 let call = first + index
                 var ticket: UInt64?
@@ -272,7 +278,7 @@ public final class Dispatcher: @unchecked Sendable {
                     logTakes = log.refusal(records: calls.count - index) == nil
                 }
                 let error = RequestCodec.encode(id: call.pointee.id, method: call.pointee.result, form: call.pointee.form, into: &out) { out in
-                    let (error, applied) = apply(call, state: &state, readOnly: readOnly, logTakes: logTakes == true, into: &out)
+                    let (error, applied) = apply(call, state: &state, readOnly: readOnly, logTakes: logTakes == true, now: now, into: &out)
                     ticket = applied
                     return error
                 }
@@ -314,13 +320,15 @@ public final class Dispatcher: @unchecked Sendable {
     /// outcome, once it is as durable as the first reply; the same key with another method or
     /// param is `keyReused`.
     /// `logTakes`: the log said it takes this mutation (with the rest of its turn) already.
+    /// The call's key is read in place (`keyed?.key`): binding the whole `Keyed` copied its
+    /// method, param and key, a retain and a release each, twice a keyed call.
     private func apply(
-        _ call: UnsafePointer<Call>, state: inout Entities, readOnly: String?, logTakes: Bool, into out: inout [UInt8]
+        _ call: UnsafePointer<Call>, state: inout Entities, readOnly: String?, logTakes: Bool, now: UInt64, into out: inout [UInt8]
     ) -> (RPCError?, UInt64?) {
         if call.pointee.isMutation, let readOnly { return (.readOnly(readOnly), nil) }
-        if let keyed = call.pointee.keyed, let prior = state.keys.lookup(keyed.key, now: keyed.now) {
-            guard keyed.matches(prior, body: call.pointee.body) else {
-                return (.keyReused("key \"\(keyed.key.id.string.prefix(128))\" was first used with another method or param; use a new key for a new mutation"), nil)
+        if let key = call.pointee.keyed?.key, let prior = state.keys.lookup(key, now: now) {
+            guard call.pointee.keyed?.matches(prior, body: call.pointee.body) == true else {
+                return (.keyReused("key \"\(key.id.string.prefix(128))\" was first used with another method or param; use a new key for a new mutation"), nil)
             }
             if let error = prior.error { return (error, nil) }
             out.append(contentsOf: prior.reply)
@@ -331,13 +339,15 @@ public final class Dispatcher: @unchecked Sendable {
         }
         let start = out.count
         if let error = call.pointee.prepared(&state, &out) {
-            if let keyed = call.pointee.keyed { state.keys.remember(keyed.key, .failure(error, digest: keyed.digest), now: keyed.now) }
+            if let key = call.pointee.keyed?.key, let digest = call.pointee.keyed?.digest {
+                state.keys.remember(key, .failure(error, digest: digest), now: now)
+            }
             return (error, nil)
         }
         guard call.pointee.isMutation else { return (nil, nil) }
         let seq = call.pointee.body.flatMap { log?.record($0) }
-        if let keyed = call.pointee.keyed {
-            state.keys.rememberMissed(keyed.key, digest: keyed.digest, reply: out[start...], seq: seq ?? 0, now: keyed.now)
+        if let key = call.pointee.keyed?.key, let digest = call.pointee.keyed?.digest {
+            state.keys.rememberMissed(key, digest: digest, reply: out[start...], seq: seq ?? 0, now: now)
         }
         return (nil, seq)
     }

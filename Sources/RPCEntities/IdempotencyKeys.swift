@@ -123,6 +123,11 @@ public struct IdempotencyKeys: Sendable {
     private var bytes: [ByteChunk] = []
     private var bytesBase: UInt32 = 0
     private var bytesUsed = 0
+    /// The last entry chunk and byte chunk an eviction dropped, kept for the next one needed: a
+    /// table at its limit drops one as it starts another, and a fresh one cost a page fault every
+    /// 4 KiB of it (and the drop, an munmap). Reused only where no copy of the table shares them.
+    private var spareEntries: [Entry] = []
+    private var spareBytes: ByteChunk?
 
     /// Bytes written once, at the end, and never changed. Copies of the table share chunks; a
     /// table about to write into a last chunk it shares writes into a copy of it instead, so no
@@ -263,8 +268,10 @@ public struct IdempotencyKeys: Sendable {
             hash: key.hash, digest: digest, seq: seq, at: now, chunk: chunk, offset: offset, keyLength: keyLength,
             replyLength: UInt32(reply.count), failed: failed, legacyDigest: legacyDigest)
         if entries.isEmpty || entries[entries.count - 1].count == Self.entryChunkSize {
-            entries.append([])
-            entries[entries.count - 1].reserveCapacity(Self.entryChunkSize)
+            var chunk: [Entry] = []
+            swap(&chunk, &spareEntries)  // empty, with its capacity (a copy, where a copy of the table shares it)
+            chunk.reserveCapacity(Self.entryChunkSize)
+            entries.append(chunk)
         }
         entries[entries.count - 1].append(entry)
         let number = base &+ UInt64(head) &+ UInt64(count)
@@ -309,7 +316,7 @@ public struct IdempotencyKeys: Sendable {
     private mutating func store(_ key: UnsafeRawBufferPointer, _ reply: UnsafeRawBufferPointer) -> (chunk: UInt32, offset: UInt32) {
         let size = key.count + reply.count
         if bytes.isEmpty || bytes[bytes.count - 1].capacity - bytesUsed < size {
-            bytes.append(ByteChunk(capacity: max(Self.byteChunkSize, size)))
+            bytes.append(takeSpareBytes(atLeast: size) ?? ByteChunk(capacity: max(Self.byteChunkSize, size)))
             bytesUsed = 0
         } else if !isKnownUniquelyReferenced(&bytes[bytes.count - 1]) {
             // A copy of the table (compaction's) shares this chunk: write into a copy of it.
@@ -326,6 +333,13 @@ public struct IdempotencyKeys: Sendable {
         return (bytesBase &+ UInt32(truncatingIfNeeded: bytes.count - 1), UInt32(offset))
     }
 
+    /// A chunk an eviction dropped, when it is big enough and no copy of the table reads it.
+    private mutating func takeSpareBytes(atLeast size: Int) -> ByteChunk? {
+        guard var spare = spareBytes, spare.capacity >= size else { return nil }
+        spareBytes = nil
+        return isKnownUniquelyReferenced(&spare) ? spare : nil
+    }
+
     private mutating func evictOldest() {
         guard count > 0 else { return }
         remove(hash: entries[0][head].hash, number: base &+ UInt64(head))
@@ -333,7 +347,9 @@ public struct IdempotencyKeys: Sendable {
         evictions += 1
         head += 1
         if head == Self.entryChunkSize || count == 0 {
-            entries.removeFirst()
+            var dropped = entries.removeFirst()
+            dropped.removeAll(keepingCapacity: true)
+            spareEntries = dropped
             base &+= UInt64(head)
             head = 0
         }
@@ -343,12 +359,30 @@ public struct IdempotencyKeys: Sendable {
             bytesUsed = 0
             return
         }
+        prefetchSlot(ofEntry: head + Self.evictionLookahead)
         // Byte chunks before the oldest live entry's hold only forgotten replies.
         let needed = entries[0][head].chunk
         while bytesBase != needed && bytes.count > 1 {
-            bytes.removeFirst()
+            let dropped = bytes.removeFirst()
+            if dropped.capacity == Self.byteChunkSize { spareBytes = dropped }
             bytesBase &+= 1
         }
+    }
+
+    /// How far ahead of the oldest entry an eviction asks for the index slot it will clear: keys
+    /// leave in arrival order, and each one's slot is a cache miss (~100 ns a keyed mutation once
+    /// the table is full) unless asked for early.
+    private static var evictionLookahead: Int { 16 }
+
+    /// Asks the CPU for the index slot of the live entry `position` places after the oldest
+    /// chunk's start (none past the newest).
+    @inline(__always) private func prefetchSlot(ofEntry position: Int) {
+        let chunk = position / Self.entryChunkSize
+        guard chunk < entries.count else { return }
+        let index = position % Self.entryChunkSize
+        guard index < entries[chunk].count else { return }
+        let hash = entries[chunk][index].hash
+        shards[Self.shard(hash)].prefetch(hash: hash)
     }
 
     /// Numbers the live entries from `first` on (from 0 once numbers near `numberLimit`; tests
@@ -369,7 +403,10 @@ public struct IdempotencyKeys: Sendable {
 
     /// Asks the CPU for the index slot where a lookup of `key` starts (a batch prefetches every
     /// key before looking any up, so their cache misses overlap).
-    public func prefetch(_ key: Key) { shards[Self.shard(key.hash)].prefetch(hash: key.hash) }
+    public func prefetch(_ key: Key) { prefetch(hash: key.hash) }
+
+    /// `prefetch` by the key's hash alone (`Key.hash`).
+    func prefetch(hash: Int) { shards[Self.shard(hash)].prefetch(hash: hash) }
 
     /// The number of the entry holding `key`.
     private func find(_ key: Key) -> UInt64? {
@@ -384,9 +421,14 @@ public struct IdempotencyKeys: Sendable {
     }
 
     private mutating func insert(hash: Int, number: UInt64) {
-        // A shard past 2^24 slots grows by the entries' hashes (never, in practice).
-        let (entries, base) = (self.entries, self.base)
-        shards[Self.shard(hash)].insert(hash: hash, number: Int(number)) { Self.entry(UInt64($0), in: entries, base: base).hash }
+        let shard = Self.shard(hash)
+        if shards[shard].isFull {
+            // A shard past 2^24 slots grows by the entries' hashes (never, in practice). Built
+            // only here: capturing the entries retains them.
+            let (entries, base) = (self.entries, self.base)
+            shards[shard].makeRoom { Self.entry(UInt64($0), in: entries, base: base).hash }
+        }
+        shards[shard].insert(hash: hash, number: Int(number)) { _ in preconditionFailure("a slot index grows before an insert that needs room") }
     }
 
     private mutating func remove(hash: Int, number: UInt64) {

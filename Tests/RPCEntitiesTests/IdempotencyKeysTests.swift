@@ -130,6 +130,30 @@ import RPCSchema
         #expect(keys.lookup(ExactID("c20000"), now: 0) == nil && copied.lookup(ExactID("k9000"), now: 0) == nil)
     }
 
+    /// The chunks an eviction drops are written again for new keys (no page faults for a table at
+    /// its limit), but never one a copy still reads: the copy's keys and replies stay whole.
+    @Test func droppedChunksAreReusedOnlyWhereNoCopyReadsThem() {
+        func big(_ n: Int) -> IdempotencyKeys.Outcome {
+            .init(digest: UInt64(n), reply: Array("{\"n\":\(n),\"pad\":\"\(String(repeating: "x", count: 1000))\"}".utf8), seq: UInt64(n))
+        }
+        var keys = IdempotencyKeys(limit: 2000)
+        // ~250 replies a byte chunk, 4,096 entries an entry chunk: both kinds are dropped and reused.
+        for n in 0..<10000 { keys.remember(ExactID("k\(n)"), big(n), now: 0) }
+        #expect((8000..<10000).allSatisfy { keys.lookup(ExactID("k\($0)"), now: 0) == big($0) })
+        let copy = keys
+        for n in 10000..<20000 { keys.remember(ExactID("k\(n)"), big(n), now: 0) }
+        var next = 8000
+        var whole = true
+        copy.forEachApplied { key, digest, _, seq, reply in
+            whole = whole && String(decoding: key, as: UTF8.self) == "k\(next)" && digest == UInt64(next) && seq == UInt64(next)
+                && Array(reply) == big(next).reply
+            next += 1
+        }
+        #expect(whole && next == 10000)
+        #expect((18000..<20000).allSatisfy { keys.lookup(ExactID("k\($0)"), now: 0) == big($0) })
+        #expect(keys.lookup(ExactID("k17999"), now: 0) == nil && keys.count == 2000)
+    }
+
     /// Replies larger than a byte chunk, and empty ones, come back whole; snapshots list successes
     /// only, oldest first.
     @Test func repliesOfAnySizeComeBackWhole() {
