@@ -48,7 +48,7 @@ struct Options {
                              print each round's ratio and their median (default 1)
           --compare LIST     after rpcd, run the same load against each of: redis (a redis-server it
                              spawns: SET key{n} value per request, AOF appendfsync always when rpcd runs
-                             create with --fsync always), floor (a line server inside rpcbench: raw epoll,
+                             create with --fsync always, its default), floor (a line server inside rpcbench: raw epoll,
                              one thread, one fixed reply line per request line); prints every row,
                              then RATIO rpcd/redis and RATIO rpcd/floor
           --followers LIST   with --spawn: also spawn N followers (rpcd serve --follow, same --fsync, own
