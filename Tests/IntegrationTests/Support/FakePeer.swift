@@ -125,28 +125,4 @@ extension DaemonProcess {
         }
         throw HarnessError("rpcd did not stop within 5 s of SIGSTOP")
     }
-
-    /// Waits until the kernel holds unread bytes on a connection to this daemon's port (a paused
-    /// daemon's: a request was surely sent, not still waiting in the client). A fixed sleep lost
-    /// that race when the whole suite loaded both cores.
-    func waitForUnreadRequest(timeout: Double = 10) async throws {
-        let port = String(format: ":%04X", self.port)
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-                guard let text = try? String(contentsOfFile: table, encoding: .utf8) else { continue }
-                // "sl local_address rem_address st tx_queue:rx_queue …", addresses and queues in hex;
-                // st 01 is ESTABLISHED (a listener's rx_queue counts connections instead).
-                for line in text.split(separator: "\n").dropFirst() {
-                    let fields = line.split(separator: " ")
-                    guard fields.count > 4, fields[1].hasSuffix(port), fields[3] == "01",
-                        let unread = fields[4].split(separator: ":").last.flatMap({ Int($0, radix: 16) }), unread > 0
-                    else { continue }
-                    return
-                }
-            }
-            try await Task.sleep(for: .milliseconds(5))
-        }
-        throw HarnessError("no request reached the paused rpcd on port \(self.port) within \(timeout) s")
-    }
 }
