@@ -48,6 +48,10 @@ public struct SortedIDs: Sendable {
             string = id.string
         }
 
+        /// A key that holds no counted reference (an empty string is stored inline): what a split
+        /// leaves in the slots it moved keys out of, before they are dropped.
+        static var placeholder: Key { Key(high: 0, middle: 0, low: 0, string: "") }
+
         /// A key whose prefix is known already (a bulk sort computed it).
         init(high: UInt64, middle: UInt64, low: UInt64, string: String) {
             self.high = high
@@ -201,12 +205,11 @@ extension SortedIDs.Node {
     mutating func insert(_ id: SortedIDs.Key) -> (inserted: Bool, split: (SortedIDs.Key, Self)?) {
         if isLeaf {
             let i = SortedIDs.lowerBound(keys, id)
-            if i < keys.count && keys[i].compare(id) == 0 { return (false, nil) }
+            // Compared in place: `keys[i]` copied the key (a retain and a release of its id).
+            if i < keys.count && keys.withUnsafeBufferPointer({ SortedIDs.Key.compare($0.baseAddress! + i, id) }) == 0 { return (false, nil) }
             keys.insert(id, at: i)
             guard keys.count > SortedIDs.leafCapacity else { return (true, nil) }
-            let half = keys.count / 2
-            let right = Self(keys: Array(keys[half...]))
-            keys.removeSubrange(half...)
+            let right = Self(keys: Self.moveUpperHalf(from: &keys, keeping: keys.count / 2, leaving: SortedIDs.Key.placeholder))
             return (true, (right.keys[0], right))
         }
         let c = SortedIDs.upperBound(keys, id)
@@ -217,11 +220,29 @@ extension SortedIDs.Node {
         guard children.count > SortedIDs.innerCapacity else { return (inserted, nil) }
         // Children [0, half) stay; keys[half - 1] separates the halves and moves up.
         let half = children.count / 2
-        let promoted = keys[half - 1]
-        let right = Self(keys: Array(keys[half...]), children: Array(children[half...]))
-        keys.removeSubrange((half - 1)...)
-        children.removeSubrange(half...)
+        let rightKeys = Self.moveUpperHalf(from: &keys, keeping: half, leaving: SortedIDs.Key.placeholder)
+        let promoted = keys.removeLast()
+        let right = Self(keys: rightKeys, children: Self.moveUpperHalf(from: &children, keeping: half, leaving: Self()))
         return (inserted, (promoted, right))
+    }
+
+    /// The elements of `elements` from `count` on, moved out into a new array (in order), not
+    /// copied and then removed: a copy retained each key's id and the removal released it, two
+    /// atomic updates per key, on strings long out of the cache. The slots left behind get
+    /// `placeholder` (one that holds no counted reference: an empty id, an empty node), then go.
+    static func moveUpperHalf<Element>(from elements: inout [Element], keeping count: Int, leaving placeholder: Element) -> [Element] {
+        let moving = elements.count - count
+        guard moving > 0 else { return [] }
+        let moved = elements.withUnsafeMutableBufferPointer { source in
+            [Element](unsafeUninitializedCapacity: Swift.max(SortedIDs.leafCapacity, SortedIDs.innerCapacity) + 1) { target, initialized in
+                guard let from = source.baseAddress.map({ $0 + count }), let to = target.baseAddress else { return }
+                to.moveInitialize(from: from, count: moving)
+                from.initialize(repeating: placeholder, count: moving)
+                initialized = moving
+            }
+        }
+        elements.removeLast(moving)
+        return moved
     }
 
     /// Removes `id` from below this node; false if it was not there.
