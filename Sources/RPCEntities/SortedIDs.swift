@@ -235,7 +235,9 @@ extension SortedIDs.Node {
         guard moving > 0 else { return [] }
         let moved = elements.withUnsafeMutableBufferPointer { source in
             [Element](unsafeUninitializedCapacity: Swift.max(SortedIDs.leafCapacity, SortedIDs.innerCapacity) + 1) { target, initialized in
-                guard let from = source.baseAddress.map({ $0 + count }), let to = target.baseAddress else { return }
+                guard let from = source.baseAddress.map({ $0 + count }), let to = target.baseAddress else {
+                    preconditionFailure("a node with elements to move has no storage")
+                }
                 to.moveInitialize(from: from, count: moving)
                 from.initialize(repeating: placeholder, count: moving)
                 initialized = moving
