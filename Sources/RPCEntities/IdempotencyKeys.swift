@@ -359,7 +359,7 @@ public struct IdempotencyKeys: Sendable {
             bytesUsed = 0
             return
         }
-        prefetchSlot(ofEntry: head + Self.evictionLookahead)
+        if count > Self.evictionLookahead { prefetchSlot(of: base &+ UInt64(head + Self.evictionLookahead)) }
         // Byte chunks before the oldest live entry's hold only forgotten replies.
         let needed = entries[0][head].chunk
         while bytesBase != needed && bytes.count > 1 {
@@ -374,16 +374,8 @@ public struct IdempotencyKeys: Sendable {
     /// the table is full) unless asked for early.
     private static var evictionLookahead: Int { 16 }
 
-    /// Asks the CPU for the index slot of the live entry `position` places after the oldest
-    /// chunk's start (none past the newest).
-    @inline(__always) private func prefetchSlot(ofEntry position: Int) {
-        let chunk = position / Self.entryChunkSize
-        guard chunk < entries.count else { return }
-        let index = position % Self.entryChunkSize
-        guard index < entries[chunk].count else { return }
-        let hash = entries[chunk][index].hash
-        shards[Self.shard(hash)].prefetch(hash: hash)
-    }
+    /// Asks the CPU for the index slot of entry `number` (live).
+    @inline(__always) private func prefetchSlot(of number: UInt64) { prefetch(hash: entry(number).hash) }
 
     /// Numbers the live entries from `first` on (from 0 once numbers near `numberLimit`; tests
     /// start near it) and rebuilds the index.
@@ -428,7 +420,7 @@ public struct IdempotencyKeys: Sendable {
             let (entries, base) = (self.entries, self.base)
             shards[shard].makeRoom { Self.entry(UInt64($0), in: entries, base: base).hash }
         }
-        shards[shard].insert(hash: hash, number: Int(number)) { _ in preconditionFailure("a slot index grows before an insert that needs room") }
+        shards[shard].insert(hash: hash, number: Int(number))
     }
 
     private mutating func remove(hash: Int, number: UInt64) {

@@ -62,8 +62,6 @@ struct SlotIndex: Sendable {
         }
     }
 
-    /// Adds `number` for a key with `hash` (not in the index). `hashOf` gives a held number's hash
-    /// when a growing index outgrows the tags (over 2^24 slots).
     /// Whether one more `insert` grows the table first (a caller whose `hashOf` costs a retain to
     /// build checks this, and builds it only then: `makeRoom`).
     var isFull: Bool { (used + 1) * 2 > slots.count }
@@ -71,9 +69,17 @@ struct SlotIndex: Sendable {
     /// Grows the table for one more key (what `insert` does when `isFull`).
     mutating func makeRoom(hashOf: (Int) -> Int) { rebuild(forLive: live + 1, hashOf: hashOf) }
 
+    /// Adds `number` for a key with `hash` (not in the index). `hashOf` gives a held number's hash
+    /// when a growing index outgrows the tags (over 2^24 slots).
     mutating func insert(hash: Int, number: Int, hashOf: (Int) -> Int) {
+        if isFull { makeRoom(hashOf: hashOf) }
+        insert(hash: hash, number: number)
+    }
+
+    /// `insert` into a table with room for it (`isFull` false, or `makeRoom` done).
+    mutating func insert(hash: Int, number: Int) {
         precondition(number >= 0 && UInt64(number) < Self.numberLimit, "a slot index number out of range: \(number)")
-        if (used + 1) * 2 > slots.count { rebuild(forLive: live + 1, hashOf: hashOf) }
+        precondition(!isFull, "a slot index grows before an insert that needs room")
         let value = Self.slot(number: number, hash: hash)
         let mask = slots.count - 1
         var i = Self.home(hash) & mask

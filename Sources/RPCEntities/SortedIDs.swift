@@ -209,7 +209,7 @@ extension SortedIDs.Node {
             if i < keys.count && keys.withUnsafeBufferPointer({ SortedIDs.Key.compare($0.baseAddress! + i, id) }) == 0 { return (false, nil) }
             keys.insert(id, at: i)
             guard keys.count > SortedIDs.leafCapacity else { return (true, nil) }
-            let right = Self(keys: Self.moveUpperHalf(from: &keys, keeping: keys.count / 2, leaving: SortedIDs.Key.placeholder))
+            let right = Self(keys: Self.moveUpperHalf(from: &keys, keeping: keys.count / 2, leaving: SortedIDs.Key.placeholder, room: capacity + 1))
             return (true, (right.keys[0], right))
         }
         let c = SortedIDs.upperBound(keys, id)
@@ -220,9 +220,9 @@ extension SortedIDs.Node {
         guard children.count > SortedIDs.innerCapacity else { return (inserted, nil) }
         // Children [0, half) stay; keys[half - 1] separates the halves and moves up.
         let half = children.count / 2
-        let rightKeys = Self.moveUpperHalf(from: &keys, keeping: half, leaving: SortedIDs.Key.placeholder)
+        let rightKeys = Self.moveUpperHalf(from: &keys, keeping: half, leaving: SortedIDs.Key.placeholder, room: capacity)
         let promoted = keys.removeLast()
-        let right = Self(keys: rightKeys, children: Self.moveUpperHalf(from: &children, keeping: half, leaving: Self()))
+        let right = Self(keys: rightKeys, children: Self.moveUpperHalf(from: &children, keeping: half, leaving: Self(), room: capacity + 1))
         return (inserted, (promoted, right))
     }
 
@@ -230,11 +230,12 @@ extension SortedIDs.Node {
     /// copied and then removed: a copy retained each key's id and the removal released it, two
     /// atomic updates per key, on strings long out of the cache. The slots left behind get
     /// `placeholder` (one that holds no counted reference: an empty id, an empty node), then go.
-    static func moveUpperHalf<Element>(from elements: inout [Element], keeping count: Int, leaving placeholder: Element) -> [Element] {
+    /// The new array has `room` (what its node holds before it splits).
+    static func moveUpperHalf<Element>(from elements: inout [Element], keeping count: Int, leaving placeholder: Element, room: Int) -> [Element] {
         let moving = elements.count - count
         guard moving > 0 else { return [] }
         let moved = elements.withUnsafeMutableBufferPointer { source in
-            [Element](unsafeUninitializedCapacity: Swift.max(SortedIDs.leafCapacity, SortedIDs.innerCapacity) + 1) { target, initialized in
+            [Element](unsafeUninitializedCapacity: Swift.max(room, moving)) { target, initialized in
                 guard let from = source.baseAddress.map({ $0 + count }), let to = target.baseAddress else {
                     preconditionFailure("a node with elements to move has no storage")
                 }

@@ -7,7 +7,7 @@ func runComparisons(after rpcd: Measurement, fsync: String?, options: Options) t
     // Durable rows: Redis fsyncs its AOF before every reply where rpcd's creates wait for their fsync.
     // Without --fsync rpcd runs its default, `always` (a spawned daemon; one reached with --connect
     // is taken to run it too): creates compared with a Redis that persists nothing ran 0.66-0.73.
-    let durable = options.workload == .create && (fsync ?? "always") == "always"
+    let durable = options.workload == .create && (fsync ?? rpcdDefaultFsync) == "always"
     var rows: [Measurement] = []
     for reference in options.compare {
         print("")
@@ -50,10 +50,13 @@ func measureFloor(options: Options) throws -> Measurement {
     return row
 }
 
+/// The fsync policy `rpcd serve` runs without `--fsync`.
+let rpcdDefaultFsync = "always"
+
 /// The rows side by side, then `RATIO rpcd/<reference> = X (rpcd rps / reference rps; p50 …)`.
 func printComparison(_ rows: [Measurement], fsync: String?, options: Options) {
     let threads = max(1, min(options.threads, options.conns))
-    let policy = fsync.map { " (rpcd fsync \($0))" } ?? (options.workload == .create ? " (rpcd fsync always, its default)" : "")
+    let policy = fsync.map { " (rpcd fsync \($0))" } ?? (options.workload == .create ? " (rpcd fsync \(rpcdDefaultFsync), its default)" : "")
     print("compare     \(options.workload.rawValue)\(policy), \(options.conns) conns x depth \(options.depth), \(threads) load thread(s), \(String(format: "%.1f", options.duration)) s measured each")
     func column(_ text: String, _ width: Int) -> String { String(repeating: " ", count: max(0, width - text.count)) + text }
     print("target" + column("requests/s", 14) + column("p50 µs", 9) + column("p99 µs", 9) + column("server CPU", 12) + column("errors", 8))
