@@ -126,7 +126,7 @@ struct ClientRetryTests {
         try daemon.pause()
         // Long enough that the drop below always comes first, even under the thread sanitizer.
         let sent = spawn { try await client.call(CreateUser(id: "u1", name: "Ada", email: "a@x"), timeout: .seconds(12)) }
-        try await Task.sleep(for: .milliseconds(200))
+        try await daemon.waitForUnreadRequest()
         daemon.stop()  // the create was written; no daemon comes back
         try await Task.sleep(for: .milliseconds(100))
         let started = Date()
@@ -203,6 +203,7 @@ struct ClientRetryTests {
         try daemons.current.pause()  // written to the socket, never read
         let create = spawn { try await client.call(CreateUser(id: "u1", name: "Ada", email: "a@x"), timeout: .seconds(20)) }
         let read = spawn { try await client.call(GetUser(userId: "u0"), timeout: .seconds(20)) }
+        try await daemons.current.waitForUnreadRequest()
         try await Task.sleep(for: .milliseconds(200))
         try await offPool { try daemons.killAndRestart(after: 0.3) }
         #expect(try await create.value.id == "u1")

@@ -119,7 +119,7 @@ struct ClientTests {
         try daemon.pause()  // the call below is surely in flight when the daemon dies
         let started = Date()
         let inFlight = spawn { try await client.call(GetUser(userId: "u1"), timeout: .seconds(60)) }
-        try await Task.sleep(for: .milliseconds(200))
+        try await daemon.waitForUnreadRequest()
         daemon.kill()
         let result = await inFlight.result
         let elapsed = Date().timeIntervalSince(started)

@@ -25,7 +25,7 @@ final class FakePeer: @unchecked Sendable {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
         guard bound == 0, listen(fd, 16) == 0 else {
-            Glibc.close(fd)
+            closeOwned(fd, "FakePeer (listener)")  // port is unset: no deinit runs after this throw
             throw HarnessError("bind/listen: errno \(errno)")
         }
         var out = sockaddr_in()
@@ -37,8 +37,8 @@ final class FakePeer: @unchecked Sendable {
     }
 
     deinit {
-        if peerFD >= 0 { Glibc.close(peerFD) }
-        Glibc.close(listenFD)
+        closeOwned(peerFD, "FakePeer (accepted)")
+        closeOwned(listenFD, "FakePeer (listener)")
     }
 
     /// Accepts the client (within `timeout` seconds).
@@ -82,7 +82,7 @@ final class FakePeer: @unchecked Sendable {
     }
 
     func closePeer() {
-        if peerFD >= 0 { Glibc.close(peerFD) }
+        closeOwned(peerFD, "FakePeer (accepted)")
         peerFD = -1
     }
 
@@ -125,4 +125,44 @@ extension DaemonProcess {
         }
         throw HarnessError("rpcd did not stop within 5 s of SIGSTOP")
     }
+
+    /// Waits until the kernel holds unread bytes on a connection to this daemon's port (a paused
+    /// daemon's: a request was surely sent, not still waiting in the client). A fixed sleep lost
+    /// that race when the whole suite loaded both cores.
+    func waitForUnreadRequest(timeout: Double = 10) async throws {
+        let port = String(format: ":%04X", self.port)
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+                // "sl local_address rem_address st tx_queue:rx_queue …", addresses and queues in hex;
+                // st 01 is ESTABLISHED (a listener's rx_queue counts connections instead).
+                for line in readWholeProcFile(table).split(separator: "\n").dropFirst() {
+                    let fields = line.split(separator: " ")
+                    guard fields.count > 4, fields[1].hasSuffix(port), fields[3] == "01",
+                        let unread = fields[4].split(separator: ":").last.flatMap({ Int($0, radix: 16) }), unread > 0
+                    else { continue }
+                    return
+                }
+            }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        throw HarnessError("no request reached the paused rpcd on port \(self.port) within \(timeout) s")
+    }
+}
+
+/// A /proc file read to its end. Its size reads 0, and `String(contentsOfFile:)` stops after the
+/// first read, which holds only the first few dozen sockets of a busy table.
+func readWholeProcFile(_ path: String) -> String {
+    let fd = open(path, O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return "" }
+    defer { closeOwned(fd, "readWholeProcFile") }
+    var bytes: [UInt8] = []
+    var chunk = [UInt8](repeating: 0, count: 65536)
+    while true {
+        let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        if n < 0 && errno == EINTR { continue }
+        guard n > 0 else { break }
+        bytes += chunk[0..<n]
+    }
+    return String(decoding: bytes, as: UTF8.self)
 }

@@ -56,7 +56,7 @@ final class LineClient {
         addr.sin_family = sa_family_t(AF_INET)
         addr.sin_port = in_port_t(UInt16(port).bigEndian)
         guard inet_pton(AF_INET, host, &addr.sin_addr) == 1 else {
-            Glibc.close(fd)
+            close()  // marks it closed: a class whose init throws once fully initialized still runs deinit
             throw LineClientError.failed("inet_pton(\(host))", errno: EINVAL)
         }
         let rc = withUnsafePointer(to: &addr) {
@@ -66,7 +66,7 @@ final class LineClient {
         }
         if rc != 0 {
             let e = errno
-            Glibc.close(fd)
+            close()  // not Glibc.close: deinit runs after this throw and would close the number again
             throw LineClientError.connect(errno: e)
         }
     }
@@ -121,7 +121,7 @@ final class LineClient {
     func close() {
         if !closed {
             closed = true
-            Glibc.close(fd)
+            closeOwned(fd, "LineClient")
         }
     }
 

@@ -27,13 +27,12 @@ final class NotifySocket {
         let rc = withUnsafePointer(to: &addr) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
         }
-        guard rc == 0 else {
-            Glibc.close(fd)
+        guard rc == 0 else {  // deinit closes fd: it runs when a fully initialized object's init throws
             throw HarnessError("bind(\(address)) failed: errno \(errno)")
         }
     }
 
-    deinit { Glibc.close(fd) }
+    deinit { closeOwned(fd, "NotifySocket") }
 
     /// Receives datagrams until one contains `line` (as a whole line) or `timeout` seconds pass.
     /// Returns the datagrams received while waiting.
@@ -64,7 +63,7 @@ final class NotifySocket {
 /// A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it, close).
 func freeLoopbackPort() throws -> Int {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { Glibc.close(fd) }
+    defer { closeOwned(fd, "freeLoopbackPort") }
     var addr = sockaddr_in()
     addr.sin_family = sa_family_t(AF_INET)
     addr.sin_addr.s_addr = inet_addr("127.0.0.1")
