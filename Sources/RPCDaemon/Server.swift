@@ -266,14 +266,16 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         var requestID = ""
         var methodAndParam: UnsafeRawBufferPointer?
         var plainParam: PlainObject?
-        switch RequestCodec.decode(line, methodAndParam: &methodAndParam, plainParam: &plainParam) {
+        var plainKey: UnsafeRawBufferPointer?
+        switch RequestCodec.decode(line, methodAndParam: &methodAndParam, plainParam: &plainParam, plainKey: &plainKey) {
         case .request(let request):
             requestID = request.id
             if box.session.form == nil { box.session.form = request.form }
             let form = box.session.form ?? .canonical
             let mark = turn.staged.count
             switch dispatcher.stage(
-                request, methodAndParam: methodAndParam, plainParam: plainParam, session: &box.session, into: &turn.staged, calls: &turn.calls)
+                request, methodAndParam: methodAndParam, plainParam: plainParam, plainKey: plainKey, session: &box.session,
+                into: &turn.staged, calls: &turn.calls)
             {
             case .call:
                 turn.add(.init(connection: connection, method: request.method, id: request.id, form: form, kind: .call))

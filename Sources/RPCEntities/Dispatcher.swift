@@ -89,10 +89,12 @@ public final class Dispatcher: @unchecked Sendable {
     public func handle(line: UnsafeRawBufferPointer, session: inout Session, into out: inout [UInt8]) -> Disposition {
         var methodAndParam: UnsafeRawBufferPointer?
         var plainParam: PlainObject?
-        switch RequestCodec.decode(line, methodAndParam: &methodAndParam, plainParam: &plainParam) {
+        var plainKey: UnsafeRawBufferPointer?
+        switch RequestCodec.decode(line, methodAndParam: &methodAndParam, plainParam: &plainParam, plainKey: &plainKey) {
         case .request(let request):
             if session.form == nil { session.form = request.form }
-            return serve(request, methodAndParam: methodAndParam, plainParam: plainParam, session: &session, into: &out).disposition
+            return serve(request, methodAndParam: methodAndParam, plainParam: plainParam, plainKey: plainKey, session: &session, into: &out)
+                .disposition
         case .counterRequest(let request):
             if session.form == nil { session.form = request.form }
             onCounterRequest(request)
@@ -136,14 +138,34 @@ public final class Dispatcher: @unchecked Sendable {
     }
 
     /// What a keyed mutation brings to the key table (the time comes from `run`, once a batch).
-    struct Keyed {
-        let key: IdempotencyKeys.Key
+    /// A class: a call holds a reference, so an unkeyed call (most of them) carries 8 bytes for it,
+    /// not the ~120 a `Keyed` takes (a turn's calls are built in place, then read and dropped).
+    final class Keyed: Sendable {
+        /// The key's hash (`IdempotencyKeys.Key.hash`).
+        let hash: Int
+        /// Where the call's journal body holds the key's bytes (`JournalRecord.Body.plainKeyRange`):
+        /// the key table reads them there. Nil for a key not copied there as it is; `key` has it then.
+        let inBody: Range<Int>?
+        let key: IdempotencyKeys.Key?
         let digest: UInt64
         /// The request's method and param, for an outcome remembered with a `legacyDigest`.
         let method: RPCMethod
         let param: JSONValue?
         /// The param was left plain (not parsed): the journal body's bytes hold it.
         let paramInBody: Bool
+
+        init(
+            hash: Int, inBody: Range<Int>?, key: IdempotencyKeys.Key?, digest: UInt64, method: RPCMethod, param: JSONValue?,
+            paramInBody: Bool
+        ) {
+            self.hash = hash
+            self.inBody = inBody
+            self.key = key
+            self.digest = digest
+            self.method = method
+            self.param = param
+            self.paramInBody = paramInBody
+        }
 
         /// Whether `outcome` was remembered for this same request (`body`: the call's journal body).
         func matches(_ outcome: IdempotencyKeys.Outcome, body: JournalRecord.Body?) -> Bool {
@@ -173,9 +195,10 @@ public final class Dispatcher: @unchecked Sendable {
     /// found them to be exactly what a writer writes (the journal record copies them).
     /// `plainParam`: the param, left plain by `RequestCodec.decode(_:methodAndParam:plainParam:)`
     /// (the request has none); a `.service` request is then served `withParam(from:)` it.
+    /// `plainKey`: the key's bytes in the line, left there by the same decode (the request has none).
     package func stage(
-        _ request: Request, methodAndParam: UnsafeRawBufferPointer? = nil, plainParam: PlainObject? = nil, session: inout Session,
-        into out: inout [UInt8], calls: inout [Call]
+        _ request: Request, methodAndParam: UnsafeRawBufferPointer? = nil, plainParam: PlainObject? = nil,
+        plainKey: UnsafeRawBufferPointer? = nil, session: inout Session, into out: inout [UInt8], calls: inout [Call]
     ) -> Stage {
         let form = session.form ?? .canonical
         guard let entry = table.entry(for: request.method) else {
@@ -194,7 +217,7 @@ public final class Dispatcher: @unchecked Sendable {
         // journal body or a key's digest not made from the line's own bytes, and in debug builds
         // for the journal body's check of its copied bytes. (A keyed create parsed it always: ~10%
         // of its cost, for a legacy digest it almost never meets; see `Keyed.matches`.)
-        let keyedWithoutBytes = entry.isMutation && request.key != nil && !(journaled && methodAndParam != nil)
+        let keyedWithoutBytes = entry.isMutation && (request.key != nil || plainKey != nil) && !(journaled && methodAndParam != nil)
         let needsParsed = prepared == nil || (journaled && methodAndParam == nil) || keyedWithoutBytes
         if let plainParam, needsParsed || Self.checksCopiedBytes { param = plainParam.value }
         if prepared == nil {
@@ -205,12 +228,23 @@ public final class Dispatcher: @unchecked Sendable {
                 return .served(Served(disposition: .reply, failed: true, known: true))
             }
         }
-        let body = journaled ? JournalRecord.Body(request, param: param, methodAndParam: methodAndParam) : nil
+        let body = journaled ? JournalRecord.Body(request, param: param, methodAndParam: methodAndParam, plainKey: plainKey) : nil
         var keyed: Keyed?
-        if entry.isMutation, let key = request.key {
-            keyed = Keyed(
-                key: IdempotencyKeys.Key(key), digest: body?.digest ?? IdempotencyKeys.digest(method: request.method, param: param),
-                method: request.method, param: param, paramInBody: plainParam != nil && !needsParsed)
+        if entry.isMutation, request.key != nil || plainKey != nil {
+            let digest = body?.digest ?? IdempotencyKeys.digest(method: request.method, param: param)
+            let paramInBody = plainParam != nil && !needsParsed
+            if let plainKey, let inBody = body?.plainKeyRange {
+                // The key's bytes are the body's: no string of them (its allocation, and a retain
+                // and a release each time the key was hashed, copied, looked up or stored).
+                keyed = Keyed(
+                    hash: IdempotencyKeys.Key.hash(of: plainKey), inBody: inBody, key: nil, digest: digest, method: request.method,
+                    param: param, paramInBody: paramInBody)
+            } else {
+                // Decoded in full (an escape in it), or no journal body to hold its bytes.
+                let key = IdempotencyKeys.Key(request.key ?? plainKey.map { String(decoding: $0, as: UTF8.self) } ?? "")
+                keyed = Keyed(
+                    hash: key.hash, inBody: nil, key: key, digest: digest, method: request.method, param: param, paramInBody: paramInBody)
+            }
         }
         guard let prepared else { preconditionFailure("a call is prepared or answered") }
         calls.append(Call(
@@ -264,7 +298,7 @@ public final class Dispatcher: @unchecked Sendable {
             let overlaps = calls.count > 1
             for index in calls.indices {
                 if overlaps, let lookup = calls[index].prepared.lookup { state.prefetch(table: lookup.table, hash: lookup.hash) }
-                if let hash = calls[index].keyed?.key.hash {
+                if let hash = calls[index].keyed?.hash {
                     anyKeyed = true
                     if overlaps { state.keys.prefetch(hash: hash) }
                 }
@@ -292,14 +326,17 @@ public final class Dispatcher: @unchecked Sendable {
 
     /// Handles a decoded request for `session` (its form, its role); the reply goes in its form.
     public func serve(_ request: Request, session: inout Session, into out: inout [UInt8]) -> Served {
-        serve(request, methodAndParam: nil, plainParam: nil, session: &session, into: &out)
+        serve(request, methodAndParam: nil, plainParam: nil, plainKey: nil, session: &session, into: &out)
     }
 
     private func serve(
-        _ request: Request, methodAndParam: UnsafeRawBufferPointer?, plainParam: PlainObject?, session: inout Session, into out: inout [UInt8]
+        _ request: Request, methodAndParam: UnsafeRawBufferPointer?, plainParam: PlainObject?, plainKey: UnsafeRawBufferPointer?,
+        session: inout Session, into out: inout [UInt8]
     ) -> Served {
         var calls: [Call] = []
-        switch stage(request, methodAndParam: methodAndParam, plainParam: plainParam, session: &session, into: &out, calls: &calls) {
+        switch stage(
+            request, methodAndParam: methodAndParam, plainParam: plainParam, plainKey: plainKey, session: &session, into: &out, calls: &calls)
+        {
         case .served(let served):
             return served
         case .call:
@@ -320,36 +357,70 @@ public final class Dispatcher: @unchecked Sendable {
     /// outcome, once it is as durable as the first reply; the same key with another method or
     /// param is `keyReused`.
     /// `logTakes`: the log said it takes this mutation (with the rest of its turn) already.
-    /// The call's key is read in place (`keyed?.key`): binding the whole `Keyed` copied its
-    /// method, param and key, a retain and a release each, twice a keyed call.
+    /// The call's key is read in place (its bytes where the journal body holds them): binding the
+    /// whole `Keyed` copied its method, param and key, a retain and a release each, twice a keyed call.
     private func apply(
         _ call: UnsafePointer<Call>, state: inout Entities, readOnly: String?, logTakes: Bool, now: UInt64, into out: inout [UInt8]
     ) -> (RPCError?, UInt64?) {
         if call.pointee.isMutation, let readOnly { return (.readOnly(readOnly), nil) }
-        if let key = call.pointee.keyed?.key, let prior = state.keys.lookup(key, now: now) {
-            guard call.pointee.keyed?.matches(prior, body: call.pointee.body) == true else {
-                return (.keyReused("key \"\(key.id.string.prefix(128))\" was first used with another method or param; use a new key for a new mutation"), nil)
+        guard let hash = call.pointee.keyed?.hash, let digest = call.pointee.keyed?.digest else {
+            return applyOnce(call, state: &state, logTakes: logTakes, into: &out)
+        }
+        return Self.withKeyBytes(of: call) { key in
+            if let prior = state.keys.lookup(keyBytes: key, hash: hash, now: now) {
+                guard call.pointee.keyed?.matches(prior, body: call.pointee.body) == true else {
+                    let shown = String(decoding: UnsafeBufferPointer(rebasing: key.prefix(128)), as: UTF8.self)
+                    return (.keyReused("key \"\(shown)\" was first used with another method or param; use a new key for a new mutation"), nil)
+                }
+                if let error = prior.error { return (error, nil) }
+                out.append(contentsOf: prior.reply)
+                return (nil, prior.seq > 0 ? prior.seq : nil)
             }
-            if let error = prior.error { return (error, nil) }
-            out.append(contentsOf: prior.reply)
-            return (nil, prior.seq > 0 ? prior.seq : nil)
-        }
-        if call.pointee.isMutation, !logTakes, let log, let reason = log.refusal() {
-            return (.internal("mutations are refused: \(reason)"), nil)
-        }
-        let start = out.count
-        if let error = call.pointee.prepared(&state, &out) {
-            if let key = call.pointee.keyed?.key, let digest = call.pointee.keyed?.digest {
-                state.keys.remember(key, .failure(error, digest: digest), now: now)
+            // Refused by the log: not run, so nothing to remember.
+            if let refused = refusal(of: call, logTakes: logTakes) { return (refused, nil) }
+            let start = out.count
+            let (error, seq) = runPrepared(call, state: &state, into: &out)
+            if let error {
+                state.keys.remember(keyBytes: key, hash: hash, .failure(error, digest: digest), now: now)
+            } else {
+                state.keys.rememberMissed(keyBytes: key, hash: hash, digest: digest, reply: out[start...], seq: seq ?? 0, now: now)
             }
-            return (error, nil)
+            return (error, seq)
         }
+    }
+
+    /// Runs a call whose key, if any, was looked up already.
+    @inline(__always)
+    private func applyOnce(
+        _ call: UnsafePointer<Call>, state: inout Entities, logTakes: Bool, into out: inout [UInt8]
+    ) -> (RPCError?, UInt64?) {
+        if let refused = refusal(of: call, logTakes: logTakes) { return (refused, nil) }
+        return runPrepared(call, state: &state, into: &out)
+    }
+
+    /// Why the log takes no mutation now, for a mutation it did not take with its turn already.
+    @inline(__always)
+    private func refusal(of call: UnsafePointer<Call>, logTakes: Bool) -> RPCError? {
+        guard call.pointee.isMutation, !logTakes, let log, let reason = log.refusal() else { return nil }
+        return .internal("mutations are refused: \(reason)")
+    }
+
+    /// Runs a call's prepared handler: a successful mutation is logged (its ticket returned).
+    @inline(__always)
+    private func runPrepared(_ call: UnsafePointer<Call>, state: inout Entities, into out: inout [UInt8]) -> (RPCError?, UInt64?) {
+        if let error = call.pointee.prepared(&state, &out) { return (error, nil) }
         guard call.pointee.isMutation else { return (nil, nil) }
-        let seq = call.pointee.body.flatMap { log?.record($0) }
-        if let key = call.pointee.keyed?.key, let digest = call.pointee.keyed?.digest {
-            state.keys.rememberMissed(key, digest: digest, reply: out[start...], seq: seq ?? 0, now: now)
+        return (nil, call.pointee.body.flatMap { log?.record($0) })
+    }
+
+    /// Calls `body` with the UTF-8 bytes of a keyed call's key: where its journal body holds them,
+    /// or its key's string.
+    @inline(__always)
+    private static func withKeyBytes<R>(of call: UnsafePointer<Call>, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
+        if let range = call.pointee.keyed?.inBody, let bytes = call.pointee.body?.bytes {
+            return bytes.withUnsafeBufferPointer { body(UnsafeBufferPointer(rebasing: $0[range])) }
         }
-        return (nil, seq)
+        return ExactUTF8.withBytes(call.pointee.keyed?.key?.id.string ?? "", body)
     }
 
     /// A service method (`system.*`): on this thread, outside the state lock.

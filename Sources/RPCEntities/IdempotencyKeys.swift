@@ -75,6 +75,9 @@ public struct IdempotencyKeys: Sendable {
 
         public init(_ string: String) { self.init(ExactID(string)) }
 
+        /// The hash a key of these UTF-8 bytes has (`hash`).
+        package static func hash(of bytes: UnsafeRawBufferPointer) -> Int { ExactID.fingerprint(of: bytes) }
+
         /// A key with a chosen hash (tests: collisions).
         init(_ id: ExactID, hash: Int) {
             self.id = id
@@ -168,8 +171,14 @@ public struct IdempotencyKeys: Sendable {
 
     /// The outcome remembered for `key`, counting a hit.
     public mutating func lookup(_ key: Key, now: UInt64) -> Outcome? {
+        ExactUTF8.withBytes(key.id.string) { lookup(keyBytes: $0, hash: key.hash, now: now) }
+    }
+
+    /// `lookup` of a key given by its UTF-8 bytes and their hash (`Key.hash`, `Key.hash(of:)`):
+    /// a keyed call reads its key where its journal body holds it, no string made.
+    package mutating func lookup(keyBytes: UnsafeBufferPointer<UInt8>, hash: Int, now: UInt64) -> Outcome? {
         evictExpired(now: now)
-        guard let number = find(key) else { return nil }
+        guard let number = find(hash: hash, bytes: keyBytes) else { return nil }
         hits += 1
         let entry = self.entry(number)
         return Outcome(
@@ -193,8 +202,27 @@ public struct IdempotencyKeys: Sendable {
     /// `remember` for a key that `lookup` has just missed, in the same hold of the state lock:
     /// it skips looking the key up again.
     public mutating func rememberMissed(_ key: Key, digest: UInt64, reply: ArraySlice<UInt8>, seq: UInt64, now: UInt64) {
-        assert(find(key) == nil, "rememberMissed for a key the table holds")
-        reply.withUnsafeBytes { reply in append(key, digest: digest, legacyDigest: false, reply: reply, failed: false, seq: seq, now: now) }
+        ExactUTF8.withBytes(key.id.string) { rememberMissed(keyBytes: $0, hash: key.hash, digest: digest, reply: reply, seq: seq, now: now) }
+    }
+
+    /// `rememberMissed` of a key given by its bytes and their hash (`lookup(keyBytes:hash:now:)`).
+    package mutating func rememberMissed(
+        keyBytes: UnsafeBufferPointer<UInt8>, hash: Int, digest: UInt64, reply: ArraySlice<UInt8>, seq: UInt64, now: UInt64
+    ) {
+        assert(find(hash: hash, bytes: keyBytes) == nil, "rememberMissed for a key the table holds")
+        reply.withUnsafeBytes { reply in
+            append(hash: hash, keyBytes: keyBytes, digest: digest, legacyDigest: false, reply: reply, failed: false, seq: seq, now: now)
+        }
+    }
+
+    /// `remember` of a key given by its bytes and their hash (a failed keyed call's outcome).
+    package mutating func remember(keyBytes: UnsafeBufferPointer<UInt8>, hash: Int, _ outcome: Outcome, now: UInt64) {
+        guard find(hash: hash, bytes: keyBytes) == nil else { return }
+        outcome.reply.withUnsafeBytes { reply in
+            append(
+                hash: hash, keyBytes: keyBytes, digest: outcome.digest, legacyDigest: outcome.legacyDigest, reply: reply,
+                failed: outcome.failed, seq: outcome.seq, now: now)
+        }
     }
 
     public mutating func lookup(_ key: ExactID, now: UInt64) -> Outcome? { lookup(Key(key), now: now) }
@@ -248,24 +276,27 @@ public struct IdempotencyKeys: Sendable {
     private mutating func remember(
         _ key: Key, digest: UInt64, legacyDigest: Bool, reply: UnsafeRawBufferPointer, failed: Bool, seq: UInt64, now: UInt64
     ) {
-        guard find(key) == nil else { return }
-        append(key, digest: digest, legacyDigest: legacyDigest, reply: reply, failed: failed, seq: seq, now: now)
+        ExactUTF8.withBytes(key.id.string) { keyBytes in
+            guard find(hash: key.hash, bytes: keyBytes) == nil else { return }
+            append(
+                hash: key.hash, keyBytes: keyBytes, digest: digest, legacyDigest: legacyDigest, reply: reply, failed: failed, seq: seq,
+                now: now)
+        }
     }
 
-    /// Adds `key`, which the table does not hold, as its newest entry.
+    /// Adds the key of `keyBytes` (hashing to `hash`), which the table does not hold, as its newest entry.
     private mutating func append(
-        _ key: Key, digest: UInt64, legacyDigest: Bool, reply: UnsafeRawBufferPointer, failed: Bool, seq: UInt64, now: UInt64
+        hash: Int, keyBytes: UnsafeBufferPointer<UInt8>, digest: UInt64, legacyDigest: Bool, reply: UnsafeRawBufferPointer,
+        failed: Bool, seq: UInt64, now: UInt64
     ) {
         guard limit > 0 else { return }
         if base &+ UInt64(head) &+ UInt64(count) >= Self.numberLimit { renumber() }
         // A key and a reply come from one request line under the frame limit (at most 64 MiB):
         // their lengths fit the entry's 32 bits.
-        let (chunk, offset, keyLength) = ExactUTF8.withBytes(key.id.string) { key in
-            let (chunk, offset) = store(UnsafeRawBufferPointer(key), reply)
-            return (chunk, offset, UInt32(key.count))
-        }
+        let (chunk, offset) = store(UnsafeRawBufferPointer(keyBytes), reply)
+        let keyLength = UInt32(keyBytes.count)
         let entry = Entry(
-            hash: key.hash, digest: digest, seq: seq, at: now, chunk: chunk, offset: offset, keyLength: keyLength,
+            hash: hash, digest: digest, seq: seq, at: now, chunk: chunk, offset: offset, keyLength: keyLength,
             replyLength: UInt32(reply.count), failed: failed, legacyDigest: legacyDigest)
         if entries.isEmpty || entries[entries.count - 1].count == Self.entryChunkSize {
             var chunk: [Entry] = []
@@ -276,7 +307,7 @@ public struct IdempotencyKeys: Sendable {
         entries[entries.count - 1].append(entry)
         let number = base &+ UInt64(head) &+ UInt64(count)
         count += 1
-        insert(hash: key.hash, number: number)
+        insert(hash: hash, number: number)
         while count > limit { evictOldest() }
     }
 
@@ -402,14 +433,19 @@ public struct IdempotencyKeys: Sendable {
 
     /// The number of the entry holding `key`.
     private func find(_ key: Key) -> UInt64? {
-        shards[Self.shard(key.hash)].find(hash: key.hash) { holds(key, at: UInt64($0)) }.map { UInt64($0) }
+        ExactUTF8.withBytes(key.id.string) { find(hash: key.hash, bytes: $0) }
     }
 
-    /// Whether entry `number` (live) is `key`'s.
-    private func holds(_ key: Key, at number: UInt64) -> Bool {
+    /// The number of the entry holding the key of `bytes`, whose hash is `hash`.
+    private func find(hash: Int, bytes: UnsafeBufferPointer<UInt8>) -> UInt64? {
+        shards[Self.shard(hash)].find(hash: hash) { holds(hash: hash, bytes: bytes, at: UInt64($0)) }.map { UInt64($0) }
+    }
+
+    /// Whether entry `number` (live) holds the key of `bytes`.
+    private func holds(hash: Int, bytes: UnsafeBufferPointer<UInt8>, at number: UInt64) -> Bool {
         let entry = self.entry(number)
-        guard entry.hash == key.hash else { return false }
-        return withKey(of: entry) { held in ExactUTF8.withBytes(key.id.string) { held.elementsEqual($0) } }
+        guard entry.hash == hash, Int(entry.keyLength) == bytes.count else { return false }
+        return withKey(of: entry) { held in held.elementsEqual(bytes) }
     }
 
     private mutating func insert(hash: Int, number: UInt64) {

@@ -33,6 +33,9 @@ public enum JournalRecord {
         let digest: UInt64?
         /// Where `,"method":…,"param":…` ends in `bytes`.
         let methodAndParamEnd: Int
+        /// Where the key's bytes lie in `bytes`, when they were copied from a plain key (no escape
+        /// in them: the key's own bytes); the key table reads them there.
+        let plainKeyRange: Range<Int>?
 
         public init(_ request: Request) {
             self.init(request, param: request.param, methodAndParam: nil)
@@ -43,7 +46,9 @@ public enum JournalRecord {
         /// says so): copied, not written again (~1,500 instructions a create).
         /// `param`: the request's param (a request decoded with its param left plain has none); with
         /// `methodAndParam`, only debug builds read it, to check the copied bytes.
-        package init(_ request: Request, param: JSONValue?, methodAndParam: UnsafeRawBufferPointer?) {
+        /// `plainKey`: the key's bytes in the request line, plain ASCII (`RequestCodec.decode(_:methodAndParam:plainParam:plainKey:)`),
+        /// for a request whose `key` was left there.
+        package init(_ request: Request, param: JSONValue?, methodAndParam: UnsafeRawBufferPointer?, plainKey: UnsafeRawBufferPointer? = nil) {
             var out: [UInt8] = []
             out.reserveCapacity(160)
             if let methodAndParam {
@@ -53,12 +58,22 @@ public enum JournalRecord {
                 appendMethodAndParam(method: request.method, param: param, into: &out)
             }
             methodAndParamEnd = out.count
-            if let key = request.key {
+            if let plainKey {
+                digest = out.withUnsafeBytes { IdempotencyKeys.digest(canonical: $0) }
+                out.append(contentsOf: keyPrefix.bytes)
+                out.append(UInt8(ascii: "\""))
+                let start = out.count
+                out.append(contentsOf: plainKey)
+                plainKeyRange = start..<out.count
+                out.append(UInt8(ascii: "\""))
+            } else if let key = request.key {
                 digest = out.withUnsafeBytes { IdempotencyKeys.digest(canonical: $0) }
                 out.append(contentsOf: keyPrefix.bytes)
                 JSONWriter.writeString(key, into: &out)
+                plainKeyRange = nil
             } else {
                 digest = nil
+                plainKeyRange = nil
             }
             out.append(contentsOf: seqPrefix.bytes)
             bytes = out
@@ -99,6 +114,7 @@ public enum JournalRecord {
             else { return nil }
             bytes = Array(line[head..<(line.count - tail)])
             digest = nil
+            plainKeyRange = nil
             // Any key is kept within: `parsedParam` reads the param alone.
             methodAndParamEnd = bytes.count - seqPrefix.bytes.count
         }
@@ -250,7 +266,7 @@ public enum JournalRecord {
     /// would be inside the envelope).
     static func writtenFields(_ line: UnsafeRawBufferPointer) -> Fields? {
         var scan = EnvelopeScanner(line, end: line.count - sealLength)
-        guard let (id, methodText, param, _, key, _) = scan.requestHead() else { return nil }
+        guard let (id, methodText, param, _, key, _, _) = scan.requestHead() else { return nil }
         let method = scan.text(methodText)
         var seq: UInt64?
         if scan.expect(seqPrefix.bytes) {

@@ -151,8 +151,11 @@ package struct EnvelopeScanner {
     /// With `plainParams`, a param that is a `plainObject()` is not parsed: `param` is nil and
     /// `plain` holds it (the caller decodes it from there, or parses it when it needs the value).
     /// `method`: where the method's text lies (plain ASCII, checked; `text(_:)` makes it a string).
+    /// With `plainParams`, the key is not made a string either: `keySpan` says where its bytes lie
+    /// (plain ASCII, checked, as long as a key may be) and `key` is nil.
     package mutating func requestHead(plainParams: Bool = false) -> (
-        id: String, method: Range<Int>, param: JSONValue?, plain: PlainObject?, key: String?, methodAndParam: Range<Int>?
+        id: String, method: Range<Int>, param: JSONValue?, plain: PlainObject?, key: String?, keySpan: Range<Int>?,
+        methodAndParam: Range<Int>?
     )? {
         guard expect(Self.idPrefix.bytes), let id = plainString() else { return nil }
         let methodStart = position
@@ -171,14 +174,17 @@ package struct EnvelopeScanner {
         }
         let methodAndParam = written.map { methodStart..<$0.upperBound }
         var key: String?
+        var keySpan: Range<Int>?
         if expect(Self.keyPrefix.bytes) {
             // As a request and a record accept it: 1 to `Request.maxKeyBytes` bytes.
-            guard let text = plainString(), !text.isEmpty, text.utf8.count <= Request.maxKeyBytes else { return nil }
-            key = text
+            let keyStart = position
+            guard plainSpan(), position - 1 > keyStart, position - 1 - keyStart <= Request.maxKeyBytes else { return nil }
+            keySpan = keyStart..<(position - 1)
+            if !plainParams { key = text(keyStart..<(position - 1)) }
         }
         // Not `value.isNull ? nil : value`: JSONValue is ExpressibleByNilLiteral, so that `nil` is `.null`.
-        if let plain { return (id, method, nil, plain, key, methodAndParam) }
-        return (id, method, value.isNull ? .none : value, nil, key, value.isNull ? nil : methodAndParam)
+        if let plain { return (id, method, nil, plain, key, keySpan, methodAndParam) }
+        return (id, method, value.isNull ? .none : value, nil, key, keySpan, value.isNull ? nil : methodAndParam)
     }
 
     private static let idPrefix: StaticString = #"{"id":""#

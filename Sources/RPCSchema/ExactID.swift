@@ -24,8 +24,13 @@ public struct ExactID: Hashable, Comparable, Sendable, CustomStringConvertible, 
 
     /// The fingerprint an `ExactID` of `string` has.
     package static func fingerprint(of string: String) -> Int {
+        ExactUTF8.withBytes(string) { fingerprint(of: UnsafeRawBufferPointer($0)) }
+    }
+
+    /// The fingerprint an `ExactID` of these UTF-8 bytes has.
+    package static func fingerprint(of bytes: UnsafeRawBufferPointer) -> Int {
         var hasher = Hasher()
-        ExactUTF8.withBytes(string) { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+        hasher.combine(bytes: bytes)
         return hasher.finalize()
     }
 

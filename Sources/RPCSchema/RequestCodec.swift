@@ -64,7 +64,7 @@ public enum RequestCodec {
     /// `envelopeExtensionKeys` is invalid (`"params"` is a JSON-RPC habit, not a field of ours);
     /// counter-requests are never answered, so theirs are not checked.
     public static func decode(_ line: UnsafeRawBufferPointer) -> DecodedLine {
-        if let (decoded, _, _) = decodeWritten(line) { return decoded }
+        if let (decoded, _, _, _) = decodeWritten(line) { return decoded }
         return decodeInFull(line)
     }
 
@@ -74,30 +74,37 @@ public enum RequestCodec {
     /// line or param of another shape (whitespace, an escape, a repeated key).
     package static func decode(_ line: UnsafeRawBufferPointer, methodAndParam: inout UnsafeRawBufferPointer?) -> DecodedLine {
         var plain: PlainObject?
-        return decode(line, methodAndParam: &methodAndParam, plainParam: &plain, plainParams: false)
+        var key: UnsafeRawBufferPointer?
+        return decode(line, methodAndParam: &methodAndParam, plainParam: &plain, plainKey: &key, plainParams: false)
     }
 
     /// `decode(_:methodAndParam:)`, and a request's param that is an object of plain strings
     /// (`PlainObject`) left unparsed: then `plainParam` is set and the request's `param` is nil
     /// (`Request.withParam(from:)` fills it in). A counter-request always has its param.
+    /// A request's key is left in the line too, when it is plain ASCII (as every writer's is):
+    /// then `plainKey` holds its bytes and the request's `key` is nil (a keyed mutation made a
+    /// string of it only to copy its bytes into the journal body and the key table).
     package static func decode(
-        _ line: UnsafeRawBufferPointer, methodAndParam: inout UnsafeRawBufferPointer?, plainParam: inout PlainObject?
+        _ line: UnsafeRawBufferPointer, methodAndParam: inout UnsafeRawBufferPointer?, plainParam: inout PlainObject?,
+        plainKey: inout UnsafeRawBufferPointer?
     ) -> DecodedLine {
-        decode(line, methodAndParam: &methodAndParam, plainParam: &plainParam, plainParams: true)
+        decode(line, methodAndParam: &methodAndParam, plainParam: &plainParam, plainKey: &plainKey, plainParams: true)
     }
 
     @inline(__always)
     private static func decode(
         _ line: UnsafeRawBufferPointer, methodAndParam: inout UnsafeRawBufferPointer?, plainParam: inout PlainObject?,
-        plainParams: Bool
+        plainKey: inout UnsafeRawBufferPointer?, plainParams: Bool
     ) -> DecodedLine {
-        if let (decoded, range, plain) = decodeWritten(line, plainParams: plainParams) {
+        if let (decoded, range, plain, keySpan) = decodeWritten(line, plainParams: plainParams) {
             methodAndParam = range.map { UnsafeRawBufferPointer(rebasing: line[$0]) }
             plainParam = plain
+            plainKey = keySpan.map { UnsafeRawBufferPointer(rebasing: line[$0]) }
             return decoded
         }
         methodAndParam = nil
         plainParam = nil
+        plainKey = nil
         return decodeInFull(line)
     }
 
@@ -121,18 +128,19 @@ public enum RequestCodec {
     @inline(__always)
     static func decodeWritten(
         _ line: UnsafeRawBufferPointer, plainParams: Bool = false
-    ) -> (DecodedLine, methodAndParam: Range<Int>?, plain: PlainObject?)? {
+    ) -> (DecodedLine, methodAndParam: Range<Int>?, plain: PlainObject?, keySpan: Range<Int>?)? {
         var scan = EnvelopeScanner(line)
-        guard let (id, methodText, param, plain, key, methodAndParam) = scan.requestHead(plainParams: plainParams),
+        guard let (id, methodText, param, plain, key, keySpan, methodAndParam) = scan.requestHead(plainParams: plainParams),
             let method = RPCMethod.known(scan.slice(methodText)) ?? RPCMethod(parsing: scan.text(methodText)),
             !scan.expect(EnvelopeScanner.seqPrefix.bytes) || scan.wholeNumber() != nil,
             !scan.expect(EnvelopeScanner.crcPrefix.bytes) || scan.plainString() != nil,
             scan.expect(EnvelopeScanner.closingBrace.bytes), scan.atEnd
         else { return nil }
         if method.isCounterRequest {
-            return (.counterRequest(Request(id: id, method: method, param: plain?.value ?? param, form: .canonical)), methodAndParam, nil)
+            return (.counterRequest(Request(id: id, method: method, param: plain?.value ?? param, form: .canonical)), methodAndParam, nil, nil)
         }
-        return (.request(Request(id: id, method: method, param: param, form: .canonical, key: key)), methodAndParam, plain)
+        // With `plainParams` the key stays in the line (`keySpan`); without, it is `key`.
+        return (.request(Request(id: id, method: method, param: param, form: .canonical, key: key)), methodAndParam, plain, plainParams ? keySpan : nil)
     }
 
     public static func decode(_ value: JSONValue) -> DecodedLine {

@@ -123,11 +123,17 @@ private final class Harness {
             bytes.withUnsafeBytes { raw in
                 var methodAndParam: UnsafeRawBufferPointer?
                 var plainParam: PlainObject?
-                if case .request(let request) = RequestCodec.decode(raw, methodAndParam: &methodAndParam, plainParam: &plainParam),
+                var plainKey: UnsafeRawBufferPointer?
+                if case .request(let request) = RequestCodec.decode(
+                    raw, methodAndParam: &methodAndParam, plainParam: &plainParam, plainKey: &plainKey),
                     plainParam != nil
                 {
                     plainCount += 1
                     #expect(request.param == nil, "\(line)")
+                    // A plain key stays in the line too.
+                    #expect(request.key == nil, "\(line)")
+                    let key = line.range(of: #""key":""#).map { line[$0.upperBound...].prefix { $0 != "\"" } }.map(String.init)
+                    #expect(plainKey.map { String(decoding: $0, as: UTF8.self) } == key, "\(line)")
                 }
             }
             guard case .request(let request) = RequestCodec.decode(try JSONParser.parse(bytes)) else {

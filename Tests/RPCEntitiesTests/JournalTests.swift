@@ -338,6 +338,45 @@ struct JournalTests {
         #expect(journaled.withState { $0.users.count } == 1)
     }
 
+    @Test("a key left in its request line and the same key escaped (decoded in full) are one key: retries match either way, with or without a journal")
+    func plainAndEscapedKeysAreOneKey() throws {
+        let log = RecordingLog()
+        for dispatcher in [Dispatcher(state: Entities(), log: log), Dispatcher(state: Entities())] {
+            func send(_ line: String) -> String {
+                var out: [UInt8] = []
+                var session = Dispatcher.Session()
+                _ = Array(line.utf8).withUnsafeBytes { dispatcher.handle(line: $0, session: &session, into: &out) }
+                return String(decoding: out, as: UTF8.self)
+            }
+            func create(_ id: String, user: String, key: String) -> String {
+                send(#"{"id":"\#(id)","method":"user.createUser","param":{"id":"\#(user)","name":"N","email":"e@x"},"key":"\#(key)"}"#)
+            }
+            // Escaped first (a backslash: decoded in full, the key a string), then plain (left in the line).
+            #expect(create("1", user: "u1", key: #"k\u0031"#).hasPrefix(#"{"id":"1","method":"user.createUserResult""#))
+            let retried = create("2", user: "u1", key: "k1")
+            #expect(retried.hasPrefix(#"{"id":"2","method":"user.createUserResult""#), "\(retried)")
+            let reused = create("3", user: "u9", key: "k1")
+            #expect(reused.contains(#""code":"keyReused""#) && reused.contains(#"key \"k1\""#), "\(reused)")
+            // Plain first, then escaped.
+            #expect(create("4", user: "u2", key: "k2").hasPrefix(#"{"id":"4","method":"user.createUserResult""#))
+            let escapedRetry = create("5", user: "u2", key: #"k\u0032"#)
+            #expect(escapedRetry.hasPrefix(#"{"id":"5","method":"user.createUserResult""#), "\(escapedRetry)")
+            // A failed call's outcome, remembered under a plain key, is the retry's too.
+            let conflict = create("6", user: "u1", key: "k3")
+            #expect(conflict.contains(#""method":"error.error""#), "\(conflict)")
+            #expect(create("7", user: "u1", key: "k3").replacingOccurrences(of: #""id":"7""#, with: #""id":"6""#) == conflict)
+            #expect(dispatcher.withState { $0.users.count } == 2)
+            // The key API finds keys stored from line bytes.
+            let now = DispatchTime.now().uptimeNanoseconds
+            #expect(dispatcher.withState { $0.keys.count } == 3)
+            #expect(dispatcher.withState { $0.keys.lookup(IdempotencyKeys.Key("k2"), now: now) } != nil)
+        }
+        // The journal bodies of the two creates applied carry their keys, as the line had them.
+        #expect(log.bodies.count == 2)
+        #expect(log.bodies.map { $0.contains(#""key":"k1""#) } == [true, false])
+        #expect(log.bodies.map { $0.contains(#""key":"k2""#) } == [false, true])
+    }
+
     @Test("the newline search finds the first newline at or after any offset, in runs of every length")
     func newlineSearch() {
         var bytes = [UInt8](repeating: UInt8(ascii: "x"), count: 300)
@@ -356,6 +395,18 @@ struct JournalTests {
 }
 
 /// A journal that takes every record and has it durable at once.
+/// A log that keeps the text of each body it records (durable at once).
+private final class RecordingLog: MutationLog, @unchecked Sendable {
+    // @unchecked: one test uses it from one thread.
+    private(set) var bodies: [String] = []
+    func refusal() -> String? { nil }
+    func record(_ body: JournalRecord.Body) -> UInt64? {
+        bodies.append(String(decoding: body.bytes, as: UTF8.self))
+        return nil
+    }
+    func whenDurable(_ ticket: UInt64, _ done: @escaping @Sendable (String?) -> Void) { done(nil) }
+}
+
 private final class DurableNowLog: MutationLog {
     func refusal() -> String? { nil }
     func record(_ body: JournalRecord.Body) -> UInt64? { nil }
