@@ -431,11 +431,6 @@ public struct IdempotencyKeys: Sendable {
     /// `prefetch` by the key's hash alone (`Key.hash`).
     func prefetch(hash: Int) { shards[Self.shard(hash)].prefetch(hash: hash) }
 
-    /// The number of the entry holding `key`.
-    private func find(_ key: Key) -> UInt64? {
-        ExactUTF8.withBytes(key.id.string) { find(hash: key.hash, bytes: $0) }
-    }
-
     /// The number of the entry holding the key of `bytes`, whose hash is `hash`.
     private func find(hash: Int, bytes: UnsafeBufferPointer<UInt8>) -> UInt64? {
         shards[Self.shard(hash)].find(hash: hash) { holds(hash: hash, bytes: bytes, at: UInt64($0)) }.map { UInt64($0) }
