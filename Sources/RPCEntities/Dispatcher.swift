@@ -141,12 +141,17 @@ public final class Dispatcher: @unchecked Sendable {
     /// A class: a call holds a reference, so an unkeyed call (most of them) carries 8 bytes for it,
     /// not the ~120 a `Keyed` takes (a turn's calls are built in place, then read and dropped).
     final class Keyed: Sendable {
+        /// Where the key's bytes are.
+        enum Bytes: Sendable {
+            /// In the call's journal body (`JournalRecord.Body.plainKeyRange`): a plain key, copied there as it is.
+            case inBody(Range<Int>)
+            /// A key decoded in full (an escape in it), or a call with no journal body.
+            case string(String)
+        }
+
         /// The key's hash (`IdempotencyKeys.Key.hash`).
         let hash: Int
-        /// Where the call's journal body holds the key's bytes (`JournalRecord.Body.plainKeyRange`):
-        /// the key table reads them there. Nil for a key not copied there as it is; `key` has it then.
-        let inBody: Range<Int>?
-        let key: IdempotencyKeys.Key?
+        let bytes: Bytes
         let digest: UInt64
         /// The request's method and param, for an outcome remembered with a `legacyDigest`.
         let method: RPCMethod
@@ -154,13 +159,19 @@ public final class Dispatcher: @unchecked Sendable {
         /// The param was left plain (not parsed): the journal body's bytes hold it.
         let paramInBody: Bool
 
-        init(
-            hash: Int, inBody: Range<Int>?, key: IdempotencyKeys.Key?, digest: UInt64, method: RPCMethod, param: JSONValue?,
-            paramInBody: Bool
-        ) {
+        /// A request's key, its hash and where its bytes are (nil: no key). The body's, when it holds
+        /// them: no string of them (its allocation, and a retain and a release each time the key was
+        /// hashed, copied, looked up or stored).
+        static func bytes(key: String?, plainKey: UnsafeRawBufferPointer?, body: JournalRecord.Body?) -> (hash: Int, bytes: Bytes)? {
+            if let plainKey, let range = body?.plainKeyRange { return (IdempotencyKeys.Key.hash(of: plainKey), .inBody(range)) }
+            guard let string = key ?? plainKey.map({ String(decoding: $0, as: UTF8.self) }) else { return nil }
+            let id = ExactID(string)
+            return (id.fingerprint, .string(id.string))
+        }
+
+        init(hash: Int, bytes: Bytes, digest: UInt64, method: RPCMethod, param: JSONValue?, paramInBody: Bool) {
             self.hash = hash
-            self.inBody = inBody
-            self.key = key
+            self.bytes = bytes
             self.digest = digest
             self.method = method
             self.param = param
@@ -230,21 +241,10 @@ public final class Dispatcher: @unchecked Sendable {
         }
         let body = journaled ? JournalRecord.Body(request, param: param, methodAndParam: methodAndParam, plainKey: plainKey) : nil
         var keyed: Keyed?
-        if entry.isMutation, request.key != nil || plainKey != nil {
-            let digest = body?.digest ?? IdempotencyKeys.digest(method: request.method, param: param)
-            let paramInBody = plainParam != nil && !needsParsed
-            if let plainKey, let inBody = body?.plainKeyRange {
-                // The key's bytes are the body's: no string of them (its allocation, and a retain
-                // and a release each time the key was hashed, copied, looked up or stored).
-                keyed = Keyed(
-                    hash: IdempotencyKeys.Key.hash(of: plainKey), inBody: inBody, key: nil, digest: digest, method: request.method,
-                    param: param, paramInBody: paramInBody)
-            } else {
-                // Decoded in full (an escape in it), or no journal body to hold its bytes.
-                let key = IdempotencyKeys.Key(request.key ?? plainKey.map { String(decoding: $0, as: UTF8.self) } ?? "")
-                keyed = Keyed(
-                    hash: key.hash, inBody: nil, key: key, digest: digest, method: request.method, param: param, paramInBody: paramInBody)
-            }
+        if entry.isMutation, let keyBytes = Keyed.bytes(key: request.key, plainKey: plainKey, body: body) {
+            keyed = Keyed(
+                hash: keyBytes.hash, bytes: keyBytes.bytes, digest: body?.digest ?? IdempotencyKeys.digest(method: request.method, param: param),
+                method: request.method, param: param, paramInBody: plainParam != nil && !needsParsed)
         }
         guard let prepared else { preconditionFailure("a call is prepared or answered") }
         calls.append(Call(
@@ -364,7 +364,8 @@ public final class Dispatcher: @unchecked Sendable {
     ) -> (RPCError?, UInt64?) {
         if call.pointee.isMutation, let readOnly { return (.readOnly(readOnly), nil) }
         guard let hash = call.pointee.keyed?.hash, let digest = call.pointee.keyed?.digest else {
-            return applyOnce(call, state: &state, logTakes: logTakes, into: &out)
+            if let refused = refusal(of: call, logTakes: logTakes) { return (refused, nil) }
+            return runPrepared(call, state: &state, into: &out)
         }
         return Self.withKeyBytes(of: call) { key in
             if let prior = state.keys.lookup(keyBytes: key, hash: hash, now: now) {
@@ -389,15 +390,6 @@ public final class Dispatcher: @unchecked Sendable {
         }
     }
 
-    /// Runs a call whose key, if any, was looked up already.
-    @inline(__always)
-    private func applyOnce(
-        _ call: UnsafePointer<Call>, state: inout Entities, logTakes: Bool, into out: inout [UInt8]
-    ) -> (RPCError?, UInt64?) {
-        if let refused = refusal(of: call, logTakes: logTakes) { return (refused, nil) }
-        return runPrepared(call, state: &state, into: &out)
-    }
-
     /// Why the log takes no mutation now, for a mutation it did not take with its turn already.
     @inline(__always)
     private func refusal(of call: UnsafePointer<Call>, logTakes: Bool) -> RPCError? {
@@ -417,10 +409,15 @@ public final class Dispatcher: @unchecked Sendable {
     /// or its key's string.
     @inline(__always)
     private static func withKeyBytes<R>(of call: UnsafePointer<Call>, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
-        if let range = call.pointee.keyed?.inBody, let bytes = call.pointee.body?.bytes {
-            return bytes.withUnsafeBufferPointer { body(UnsafeBufferPointer(rebasing: $0[range])) }
+        switch call.pointee.keyed?.bytes {
+        case .inBody(let range)?:
+            // A key is `inBody` only where the call has the body that holds it.
+            return call.pointee.body!.bytes.withUnsafeBufferPointer { body(UnsafeBufferPointer(rebasing: $0[range])) }
+        case .string(let string)?:
+            return ExactUTF8.withBytes(string, body)
+        case nil:
+            preconditionFailure("the key of a call without one")
         }
-        return ExactUTF8.withBytes(call.pointee.keyed?.key?.id.string ?? "", body)
     }
 
     /// A service method (`system.*`): on this thread, outside the state lock.

@@ -189,14 +189,16 @@ public struct IdempotencyKeys: Sendable {
     /// Remembers `outcome` for `key` (a new key: callers look up first; a key already held keeps
     /// its first outcome).
     public mutating func remember(_ key: Key, _ outcome: Outcome, now: UInt64) {
-        outcome.reply.withUnsafeBytes { reply in
-            remember(key, digest: outcome.digest, legacyDigest: outcome.legacyDigest, reply: reply, failed: outcome.failed, seq: outcome.seq, now: now)
-        }
+        ExactUTF8.withBytes(key.id.string) { remember(keyBytes: $0, hash: key.hash, outcome, now: now) }
     }
 
     /// Remembers a successful outcome whose reply is `reply` (copied into the table).
     public mutating func remember(_ key: Key, digest: UInt64, reply: ArraySlice<UInt8>, seq: UInt64, now: UInt64) {
-        reply.withUnsafeBytes { reply in remember(key, digest: digest, legacyDigest: false, reply: reply, failed: false, seq: seq, now: now) }
+        ExactUTF8.withBytes(key.id.string) { keyBytes in
+            reply.withUnsafeBytes { reply in
+                remember(hash: key.hash, keyBytes: keyBytes, digest: digest, legacyDigest: false, reply: reply, failed: false, seq: seq, now: now)
+            }
+        }
     }
 
     /// `remember` for a key that `lookup` has just missed, in the same hold of the state lock:
@@ -217,9 +219,8 @@ public struct IdempotencyKeys: Sendable {
 
     /// `remember` of a key given by its bytes and their hash (a failed keyed call's outcome).
     package mutating func remember(keyBytes: UnsafeBufferPointer<UInt8>, hash: Int, _ outcome: Outcome, now: UInt64) {
-        guard find(hash: hash, bytes: keyBytes) == nil else { return }
         outcome.reply.withUnsafeBytes { reply in
-            append(
+            remember(
                 hash: hash, keyBytes: keyBytes, digest: outcome.digest, legacyDigest: outcome.legacyDigest, reply: reply,
                 failed: outcome.failed, seq: outcome.seq, now: now)
         }
@@ -273,15 +274,13 @@ public struct IdempotencyKeys: Sendable {
 
     // MARK: - Entries and bytes
 
+    /// Adds the key of `keyBytes` unless the table holds it already (its first outcome stays).
     private mutating func remember(
-        _ key: Key, digest: UInt64, legacyDigest: Bool, reply: UnsafeRawBufferPointer, failed: Bool, seq: UInt64, now: UInt64
+        hash: Int, keyBytes: UnsafeBufferPointer<UInt8>, digest: UInt64, legacyDigest: Bool, reply: UnsafeRawBufferPointer,
+        failed: Bool, seq: UInt64, now: UInt64
     ) {
-        ExactUTF8.withBytes(key.id.string) { keyBytes in
-            guard find(hash: key.hash, bytes: keyBytes) == nil else { return }
-            append(
-                hash: key.hash, keyBytes: keyBytes, digest: digest, legacyDigest: legacyDigest, reply: reply, failed: failed, seq: seq,
-                now: now)
-        }
+        guard find(hash: hash, bytes: keyBytes) == nil else { return }
+        append(hash: hash, keyBytes: keyBytes, digest: digest, legacyDigest: legacyDigest, reply: reply, failed: failed, seq: seq, now: now)
     }
 
     /// Adds the key of `keyBytes` (hashing to `hash`), which the table does not hold, as its newest entry.

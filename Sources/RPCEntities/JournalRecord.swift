@@ -58,23 +58,22 @@ public enum JournalRecord {
                 appendMethodAndParam(method: request.method, param: param, into: &out)
             }
             methodAndParamEnd = out.count
-            if let plainKey {
-                digest = out.withUnsafeBytes { IdempotencyKeys.digest(canonical: $0) }
-                out.append(contentsOf: keyPrefix.bytes)
-                out.append(UInt8(ascii: "\""))
-                let start = out.count
-                out.append(contentsOf: plainKey)
-                plainKeyRange = start..<out.count
-                out.append(UInt8(ascii: "\""))
-            } else if let key = request.key {
-                digest = out.withUnsafeBytes { IdempotencyKeys.digest(canonical: $0) }
-                out.append(contentsOf: keyPrefix.bytes)
-                JSONWriter.writeString(key, into: &out)
-                plainKeyRange = nil
-            } else {
+            var keyRange: Range<Int>?
+            if plainKey == nil && request.key == nil {
                 digest = nil
-                plainKeyRange = nil
+            } else {
+                digest = out.withUnsafeBytes { IdempotencyKeys.digest(canonical: $0) }
+                out.append(contentsOf: keyPrefix.bytes)
+                if let plainKey {  // plain ASCII: its bytes are its JSON string's contents
+                    out.append(UInt8(ascii: "\""))
+                    keyRange = out.count..<(out.count + plainKey.count)
+                    out.append(contentsOf: plainKey)
+                    out.append(UInt8(ascii: "\""))
+                } else if let key = request.key {
+                    JSONWriter.writeString(key, into: &out)
+                }
             }
+            plainKeyRange = keyRange
             out.append(contentsOf: seqPrefix.bytes)
             bytes = out
         }
