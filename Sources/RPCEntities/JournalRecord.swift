@@ -266,20 +266,47 @@ public enum JournalRecord {
     static func writtenFields(_ line: UnsafeRawBufferPointer) -> Fields? {
         var scan = EnvelopeScanner(line, end: line.count - sealLength)
         guard let (id, methodText, param, _, key, _, _) = scan.requestHead() else { return nil }
-        let method = scan.text(methodText)
+        guard let seq = seqAndEnd(&scan) else { return nil }
+        return Fields(id: id, method: scan.text(methodText), param: param, seq: seq, key: key, sealed: true)
+    }
+
+    /// The rest of a record in the writer's shape after its envelope: an optional `,"seq":N`,
+    /// then the end. `.some(nil)` when there is no seq; nil when the rest is anything else.
+    private static func seqAndEnd(_ scan: inout EnvelopeScanner) -> UInt64?? {
         var seq: UInt64?
         if scan.expect(seqPrefix.bytes) {
             guard let number = scan.wholeNumber() else { return nil }
             seq = number
         }
         guard scan.atEnd else { return nil }
-        return Fields(id: id, method: method, param: param, seq: seq, key: key, sealed: true)
+        return .some(seq)
     }
 
     /// The top-level keys a record may hold, for messages.
     static let recordKeys = (RequestCodec.envelopeKeys + RequestCodec.envelopeExtensionKeys).joined(separator: ", ")
 
     static let misplacedChecksum = #""crc" is not the line's checksum: a sealed line ends with ,"crc":"<8 lowercase hex digits>"}"#
+
+    /// `writtenFields` for a sealed record with no key whose param is a plain object: the param
+    /// stays in the line (`plain`, valid while the line is) instead of becoming a `JSONValue`,
+    /// which replay would only decode and then free (a dictionary and a string per field, ~2,000
+    /// instructions a record). nil for any other line; `fields` then reads it.
+    static func plainWrittenFields(_ line: UnsafeRawBufferPointer) -> (fields: Fields, plain: PlainObject)? {
+        guard checksum(of: line) == .valid else { return nil }
+        var scan = EnvelopeScanner(line, end: line.count - sealLength)
+        guard let (id, methodText, _, plain, _, keySpan, _) = scan.requestHead(plainParams: true), let plain, keySpan == nil else {
+            return nil
+        }
+        guard let seq = seqAndEnd(&scan) else { return nil }
+        return (Fields(id: id, method: scan.text(methodText), param: nil, seq: seq, key: nil, sealed: true), plain)
+    }
+
+    /// A record line for replay: its param left in the line when it is plain
+    /// (`plainWrittenFields`), else read in full (`fields`).
+    static func replayFields(_ line: UnsafeRawBufferPointer) -> Result<(fields: Fields, plain: PlainObject?), JournalLineError> {
+        if let written = plainWrittenFields(line) { return .success((written.fields, written.plain)) }
+        return fields(line).map { ($0, nil) }
+    }
 
     /// A record line of a journal or snapshot, decoded, for tools (`rpcd journal dump`).
     public struct Line: Sendable {

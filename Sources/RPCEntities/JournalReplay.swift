@@ -25,6 +25,8 @@ public struct JournalReplay {
     private let table: MethodTable<Entities>
     /// Method text -> entry, so each line costs one dictionary lookup and one retain.
     private var entries: [String: MethodTable<Entities>.Entry] = [:]
+    /// Where a plain record's reply is written and dropped (`apply(_:plain:line:seq:)`).
+    private var scratch: [UInt8] = []
 
     public init(state: Entities = Entities(), table: MethodTable<Entities> = Entities.table) {
         self.state = state
@@ -95,10 +97,10 @@ public struct JournalReplay {
             func failure(_ kind: Failure.Kind, _ reason: String) -> Failure {
                 Failure(line: number, offset: offset, reason: reason, kind: kind)
             }
-            let fields: JournalRecord.Fields
-            switch JournalRecord.fields(line) {
+            let (fields, plain): (JournalRecord.Fields, PlainObject?)
+            switch JournalRecord.replayFields(line) {
             case .failure(let error): return failure(.damaged, Self.damage(error, line: line, file: bytes))
-            case .success(let decoded): fields = decoded
+            case .success(let decoded): (fields, plain) = decoded
             }
             if let reason = seals.check(sealed: fields.sealed, line: number, outcome: &outcome) { return failure(.damaged, reason) }
             guard let seq = fields.seq else { return failure(.damaged, "the record has no \"seq\"") }
@@ -117,7 +119,7 @@ public struct JournalReplay {
                 if firstRecord { return failure(.missingSnapshot, missingBefore(seq)) }
                 return failure(.sequence, "sequence number \(seq) follows \(lastSeq), the last record before this file: \(Self.missing(lastSeq &+ 1, seq &- 1))")
             }
-            if let reason = apply(fields, seq: seq) { return failure(.inconsistent, reason) }
+            if let reason = apply(fields, plain: plain, line: line, seq: seq) { return failure(.inconsistent, reason) }
             lastSeq = seq
             outcome.applied += 1
             return nil
@@ -169,16 +171,17 @@ public struct JournalReplay {
                     return nil
                 }
             }
-            switch JournalRecord.fields(line) {
+            let (fields, plain): (JournalRecord.Fields, PlainObject?)
+            switch JournalRecord.replayFields(line) {
             case .failure(let error): return damaged(Self.damage(error, line: line, file: bytes))
-            case .success(let fields):
-                if let reason = seals.check(sealed: fields.sealed, line: number, outcome: &outcome) { return damaged(reason) }
-                if let reason = apply(fields, seq: 0) {
-                    return Failure(line: number, offset: offset, reason: reason, kind: .inconsistent)
-                }
-                outcome.applied += 1
-                return nil
+            case .success(let decoded): (fields, plain) = decoded
             }
+            if let reason = seals.check(sealed: fields.sealed, line: number, outcome: &outcome) { return damaged(reason) }
+            if let reason = apply(fields, plain: plain, line: line, seq: 0) {
+                return Failure(line: number, offset: offset, reason: reason, kind: .inconsistent)
+            }
+            outcome.applied += 1
+            return nil
         }
         if let failure = scan.failure { return .failure(failure) }
         outcome.validBytes = scan.validBytes
@@ -265,18 +268,44 @@ public struct JournalReplay {
     /// Runs one mutation against the state; the reason it failed, or nil. A keyed record also
     /// remembers its outcome, as serving it did.
     mutating func apply(_ fields: JournalRecord.Fields, seq: UInt64) -> String? {
-        let cached: MethodTable<Entities>.Entry
-        if let found = entries[fields.method] {
-            cached = found
-        } else {
-            guard let method = RPCMethod(parsing: fields.method), let found = table.entry(for: method) else {
-                return "unknown method \"\(fields.method)\""
-            }
-            guard found.isMutation else { return "\(method) is not a mutation" }
-            cached = found
-            entries[fields.method] = cached
+        switch entry(fields.method) {
+        case .failure(let reason): return reason.text
+        case .success(let entry): return apply(fields, seq: seq, entry: entry)
         }
-        return apply(fields, seq: seq, entry: cached)
+    }
+
+    /// `apply` for a record whose param `plain` left in `line` (`JournalRecord.plainWrittenFields`):
+    /// decoded from the line, as a request's plain param is, and run by the handler a request
+    /// runs (its reply written to a scratch buffer and dropped). A param that does not decode
+    /// that way is read again the full way, which decides and words the error.
+    mutating func apply(_ fields: JournalRecord.Fields, plain: PlainObject?, line: UnsafeRawBufferPointer, seq: UInt64) -> String? {
+        guard let plain else { return apply(fields, seq: seq) }
+        let cached: MethodTable<Entities>.Entry
+        switch entry(fields.method) {
+        case .failure(let reason): return reason.text
+        case .success(let entry): cached = entry
+        }
+        guard let call = cached.preparePlain?(plain) else {
+            switch JournalRecord.fields(line) {
+            case .failure(let error): return "\(cached.method) does not apply: \(error)"
+            case .success(let full): return apply(full, seq: seq, entry: cached)
+            }
+        }
+        scratch.removeAll(keepingCapacity: true)
+        if let error = call(&state, &scratch) { return "\(cached.method) does not apply: \(error.errorMessage)" }
+        applied += 1
+        return nil
+    }
+
+    /// The mutation a record's method names, looked up once per method.
+    private mutating func entry(_ method: String) -> Result<MethodTable<Entities>.Entry, ReasonText> {
+        if let found = entries[method] { return .success(found) }
+        guard let parsed = RPCMethod(parsing: method), let found = table.entry(for: parsed) else {
+            return .failure(ReasonText("unknown method \"\(method)\""))
+        }
+        guard found.isMutation else { return .failure(ReasonText("\(parsed) is not a mutation")) }
+        entries[method] = found
+        return .success(found)
     }
 
     private mutating func apply(_ fields: JournalRecord.Fields, seq: UInt64, entry: MethodTable<Entities>.Entry) -> String? {
@@ -363,4 +392,10 @@ public struct JournalReplay {
         }
         return (count, first)
     }
+}
+
+/// Why a record's method cannot be replayed, as `Result`'s failure.
+private struct ReasonText: Error {
+    let text: String
+    init(_ text: String) { self.text = text }
 }

@@ -182,6 +182,54 @@ struct JournalTests {
         #expect(failure.kind == kind, "reason: \(failure.reason)")
     }
 
+    @Test("a record whose param is plain replays from its line exactly as the same record read in full: the same state, the same failures", arguments: [
+        // Each record twice: as the writer writes it, and with one character escaped, which the full parse reads as the same value.
+        [(#"{"id":"u1","name":"Ann","email":"a@x"}"#, #"{"id":"u1","name":"A\u006en","email":"a@x"}"#, "user.createUser")],
+        [(#"{"id":"u1","name":"Ann","email":"a@x"}"#, #"{"id":"u1","name":"An\u006e","email":"a@x"}"#, "user.createUser"),
+         (#"{"userId":"u1","newName":"Bea"}"#, #"{"userId":"u\u0031","newName":"Bea"}"#, "user.updateUser"),
+         (#"{"userId":"u1"}"#, #"{"userId":"\u00751"}"#, "user.deleteUser")],
+        // A second create of the same id: the handler refuses it, on either path.
+        [(#"{"id":"u1","name":"Ann","email":"a@x"}"#, #"{"id":"u1","name":"A\u006en","email":"a@x"}"#, "user.createUser"),
+         (#"{"id":"u1","name":"Bo","email":"b@x"}"#, #"{"id":"\u00751","name":"Bo","email":"b@x"}"#, "user.createUser")],
+        // A param that does not decode (a field missing, one too many): read again in full, which words the error.
+        [(#"{"id":"u1","name":"Ann"}"#, #"{"id":"u\u0031","name":"Ann"}"#, "user.createUser")],
+        [(#"{"id":"u1","name":"Ann","email":"a@x","age":"3"}"#, #"{"id":"u\u0031","name":"Ann","email":"a@x","age":"3"}"#, "user.createUser")],
+        [(#"{"id":"b1","name":"Tower","address":"Main St","residents":[]}"#, #"{"id":"b\u0031","name":"Tower","address":"Main St","residents":[]}"#, "building.addBuilding")],
+    ])
+    func plainRecordsReplayAsParsedOnes(_ records: [(plain: String, escaped: String, method: String)]) throws {
+        func journal(_ params: [String]) -> String {
+            params.enumerated().map { n, param in
+                sealedLine(#"{"id":"r\#(n + 1)","method":"\#(records[n].method)","param":\#(param),"seq":\#(n + 1)"#) + "\n"
+            }.joined()
+        }
+        let plain = journal(records.map(\.plain))
+        let escaped = journal(records.map(\.escaped))
+        // The first journal's lines take the plain path where the param is a plain object; the second's never do.
+        for (line, record) in zip(plain.split(separator: "\n"), records) {
+            let bytes = Array(line.utf8)
+            let taken = bytes.withUnsafeBytes { JournalRecord.plainWrittenFields($0) != nil }
+            #expect(taken == !record.plain.contains("["), "\(line)")
+        }
+        for line in escaped.split(separator: "\n") {
+            #expect(Array(line.utf8).withUnsafeBytes { JournalRecord.plainWrittenFields($0) } == nil, "\(line)")
+        }
+        var fromPlain = JournalReplay()
+        var fromParsed = JournalReplay()
+        let a = replay(plain, into: &fromPlain)
+        let b = replay(escaped, into: &fromParsed)
+        switch (a, b) {
+        case (.success(let x), .success(let y)):
+            #expect(x.applied == y.applied && x.applied == records.count)
+        case (.failure(let x), .failure(let y)):
+            #expect(x.reason == y.reason && x.kind == y.kind && x.line == y.line, "plain: \(x.reason); parsed: \(y.reason)")
+        default:
+            Issue.record("one path failed and the other did not: \(a) / \(b)")
+        }
+        #expect(fromPlain.state.users.page(after: nil, limit: nil).records == fromParsed.state.users.page(after: nil, limit: nil).records)
+        #expect(fromPlain.state.buildings.page(after: nil, limit: nil).records == fromParsed.state.buildings.page(after: nil, limit: nil).records)
+        #expect(fromPlain.lastSeq == fromParsed.lastSeq)
+    }
+
     @Test("a snapshot of the state replays to the same state and sequence number")
     func snapshotRoundTrip() throws {
         var source = JournalReplay()
