@@ -186,10 +186,17 @@ public enum JournalRecord {
         var key: String?
         /// The line ends with a checksum (that matched); false for lines written before checksums.
         var sealed: Bool
+        /// A keyed record's `IdempotencyKeys.digest`, hashed from the line's own method and param
+        /// bytes when its param was left in the line (`writtenRecord`); nil otherwise.
+        var digest: UInt64? = nil
     }
 
     static func fields(_ line: UnsafeRawBufferPointer) -> Result<Fields, JournalLineError> {
-        let seal = checksum(of: line)
+        fields(line, seal: checksum(of: line))
+    }
+
+    /// `fields` for a line whose checksum was checked already (`seal`).
+    private static func fields(_ line: UnsafeRawBufferPointer, seal: Checksum) -> Result<Fields, JournalLineError> {
         if case .mismatch(let stored, let computed) = seal {
             return .failure(.checksumMismatch(stored: stored, computed: computed))
         }
@@ -263,11 +270,27 @@ public enum JournalRecord {
     /// other line, which `fields` then parses in full; so this path accepts no line that the full
     /// parse would reject or read differently (the param is parsed one level shallower, as it
     /// would be inside the envelope).
-    static func writtenFields(_ line: UnsafeRawBufferPointer) -> Fields? {
+    static func writtenFields(_ line: UnsafeRawBufferPointer) -> Fields? { writtenRecord(line, plainParams: false)?.fields }
+
+    /// `writtenFields`, read in one pass. With `plainParams`, a plain param stays in the line
+    /// (`plain`, valid while the line is) instead of becoming a `JSONValue`, which replay would
+    /// only decode and then free (a dictionary and a string per field, ~2,000 instructions a
+    /// record); a keyed record's digest is then hashed from the line's method and param bytes, as
+    /// a keyed request's is from its journal body.
+    @inline(__always)
+    private static func writtenRecord(_ line: UnsafeRawBufferPointer, plainParams: Bool) -> (fields: Fields, plain: PlainObject?)? {
         var scan = EnvelopeScanner(line, end: line.count - sealLength)
-        guard let (id, methodText, param, _, key, _, _) = scan.requestHead() else { return nil }
-        guard let seq = seqAndEnd(&scan) else { return nil }
-        return Fields(id: id, method: scan.text(methodText), param: param, seq: seq, key: key, sealed: true)
+        guard let (id, methodText, param, plain, escapedKey, keySpan, methodAndParam) = scan.requestHead(plainParams: plainParams),
+            let seq = seqAndEnd(&scan)
+        else { return nil }
+        let method = scan.text(methodText)
+        let key = escapedKey ?? keySpan.map { scan.text($0) }
+        guard let plain else { return (Fields(id: id, method: method, param: param, seq: seq, key: key, sealed: true), nil) }
+        guard let key else { return (Fields(id: id, method: method, param: nil, seq: seq, key: nil, sealed: true), plain) }
+        // What the writer wrote for method and param, so their bytes are what the digest hashes.
+        guard let methodAndParam else { return (Fields(id: id, method: method, param: plain.value, seq: seq, key: key, sealed: true), nil) }
+        let digest = IdempotencyKeys.digest(canonical: UnsafeRawBufferPointer(rebasing: line[methodAndParam]))
+        return (Fields(id: id, method: method, param: nil, seq: seq, key: key, sealed: true, digest: digest), plain)
     }
 
     /// The rest of a record in the writer's shape after its envelope: an optional `,"seq":N`,
@@ -287,25 +310,19 @@ public enum JournalRecord {
 
     static let misplacedChecksum = #""crc" is not the line's checksum: a sealed line ends with ,"crc":"<8 lowercase hex digits>"}"#
 
-    /// `writtenFields` for a sealed record with no key whose param is a plain object: the param
-    /// stays in the line (`plain`, valid while the line is) instead of becoming a `JSONValue`,
-    /// which replay would only decode and then free (a dictionary and a string per field, ~2,000
-    /// instructions a record). nil for any other line; `fields` then reads it.
+    /// A sealed record whose param is a plain object, that param left in the line
+    /// (`writtenRecord`); nil for any other line.
     static func plainWrittenFields(_ line: UnsafeRawBufferPointer) -> (fields: Fields, plain: PlainObject)? {
-        guard checksum(of: line) == .valid else { return nil }
-        var scan = EnvelopeScanner(line, end: line.count - sealLength)
-        guard let (id, methodText, _, plain, _, keySpan, _) = scan.requestHead(plainParams: true), let plain, keySpan == nil else {
-            return nil
-        }
-        guard let seq = seqAndEnd(&scan) else { return nil }
-        return (Fields(id: id, method: scan.text(methodText), param: nil, seq: seq, key: nil, sealed: true), plain)
+        guard checksum(of: line) == .valid, let record = writtenRecord(line, plainParams: true), let plain = record.plain else { return nil }
+        return (record.fields, plain)
     }
 
-    /// A record line for replay: its param left in the line when it is plain
-    /// (`plainWrittenFields`), else read in full (`fields`).
+    /// A record line for replay: checked and scanned once, its param left in the line when it is
+    /// plain (`writtenRecord`), else read in full (`fields`).
     static func replayFields(_ line: UnsafeRawBufferPointer) -> Result<(fields: Fields, plain: PlainObject?), JournalLineError> {
-        if let written = plainWrittenFields(line) { return .success((written.fields, written.plain)) }
-        return fields(line).map { ($0, nil) }
+        let seal = checksum(of: line)
+        if seal == .valid, let record = writtenRecord(line, plainParams: true) { return .success(record) }
+        return fields(line, seal: seal).map { ($0, nil) }
     }
 
     /// A record line of a journal or snapshot, decoded, for tools (`rpcd journal dump`).

@@ -119,7 +119,7 @@ public struct JournalReplay {
                 if firstRecord { return failure(.missingSnapshot, missingBefore(seq)) }
                 return failure(.sequence, "sequence number \(seq) follows \(lastSeq), the last record before this file: \(Self.missing(lastSeq &+ 1, seq &- 1))")
             }
-            if let reason = apply(fields, plain: plain, line: line, seq: seq) { return failure(.inconsistent, reason) }
+            if let reason = apply(fields, plain: plain, seq: seq) { return failure(.inconsistent, reason) }
             lastSeq = seq
             outcome.applied += 1
             return nil
@@ -177,7 +177,7 @@ public struct JournalReplay {
             case .success(let decoded): (fields, plain) = decoded
             }
             if let reason = seals.check(sealed: fields.sealed, line: number, outcome: &outcome) { return damaged(reason) }
-            if let reason = apply(fields, plain: plain, line: line, seq: 0) {
+            if let reason = apply(fields, plain: plain, seq: 0) {
                 return Failure(line: number, offset: offset, reason: reason, kind: .inconsistent)
             }
             outcome.applied += 1
@@ -274,11 +274,12 @@ public struct JournalReplay {
         }
     }
 
-    /// `apply` for a record whose param `plain` left in `line` (`JournalRecord.plainWrittenFields`):
+    /// `apply` for a record whose param `plain` left in its line (`JournalRecord.replayFields`):
     /// decoded from the line, as a request's plain param is, and run by the handler a request
-    /// runs (its reply written to a scratch buffer and dropped). A param that does not decode
-    /// that way is read again the full way, which decides and words the error.
-    mutating func apply(_ fields: JournalRecord.Fields, plain: PlainObject?, line: UnsafeRawBufferPointer, seq: UInt64) -> String? {
+    /// runs (its reply written to a scratch buffer; a keyed record's outcome remembered with the
+    /// digest of its line's bytes). A param that does not decode that way goes the full way as
+    /// its value, which decides and words the error.
+    mutating func apply(_ fields: JournalRecord.Fields, plain: PlainObject?, seq: UInt64) -> String? {
         guard let plain else { return apply(fields, seq: seq) }
         let cached: MethodTable<Entities>.Entry
         switch entry(fields.method) {
@@ -286,13 +287,15 @@ public struct JournalReplay {
         case .success(let entry): cached = entry
         }
         guard let call = cached.preparePlain?(plain) else {
-            switch JournalRecord.fields(line) {
-            case .failure(let error): return "\(cached.method) does not apply: \(error)"
-            case .success(let full): return apply(full, seq: seq, entry: cached)
-            }
+            var full = fields
+            full.param = plain.value
+            return apply(full, seq: seq, entry: cached)
         }
         scratch.removeAll(keepingCapacity: true)
         if let error = call(&state, &scratch) { return "\(cached.method) does not apply: \(error.errorMessage)" }
+        if let key = fields.key, let digest = fields.digest {
+            state.keys.remember(ExactID(key), .init(digest: digest, reply: scratch, seq: seq), now: Self.now())
+        }
         applied += 1
         return nil
     }
