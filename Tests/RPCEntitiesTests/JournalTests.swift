@@ -197,9 +197,17 @@ struct JournalTests {
         [(#"{"id":"b1","name":"Tower","address":"Main St","residents":[]}"#, #"{"id":"b\u0031","name":"Tower","address":"Main St","residents":[]}"#, "building.addBuilding")],
     ])
     func plainRecordsReplayAsParsedOnes(_ records: [(plain: String, escaped: String, method: String)]) throws {
+        for keyed in [false, true] { try plainRecordsReplayAsParsedOnes(records, keyed: keyed) }
+    }
+
+    /// With `keyed`, each record carries an idempotency key: the outcome each path remembers
+    /// (digest, reply, seq) must be the same too, or a retry after a restart would be refused
+    /// (`keyReused`) or answered differently.
+    private func plainRecordsReplayAsParsedOnes(_ records: [(plain: String, escaped: String, method: String)], keyed: Bool) throws {
         func journal(_ params: [String]) -> String {
             params.enumerated().map { n, param in
-                sealedLine(#"{"id":"r\#(n + 1)","method":"\#(records[n].method)","param":\#(param),"seq":\#(n + 1)"#) + "\n"
+                let key = keyed ? #","key":"k\#(n + 1)""# : ""
+                return sealedLine(#"{"id":"r\#(n + 1)","method":"\#(records[n].method)","param":\#(param)\#(key),"seq":\#(n + 1)"#) + "\n"
             }.joined()
         }
         let plain = journal(records.map(\.plain))
@@ -228,6 +236,11 @@ struct JournalTests {
         #expect(fromPlain.state.users.page(after: nil, limit: nil).records == fromParsed.state.users.page(after: nil, limit: nil).records)
         #expect(fromPlain.state.buildings.page(after: nil, limit: nil).records == fromParsed.state.buildings.page(after: nil, limit: nil).records)
         #expect(fromPlain.lastSeq == fromParsed.lastSeq)
+        var outcomes: [[String: IdempotencyKeys.Outcome]] = [[:], [:]]
+        fromPlain.state.keys.forEachApplied { outcomes[0][$0.string] = $1 }
+        fromParsed.state.keys.forEachApplied { outcomes[1][$0.string] = $1 }
+        #expect(outcomes[0] == outcomes[1], "keyed: \(keyed)")
+        if case .success(let x) = a { #expect(outcomes[0].count == (keyed ? x.applied : 0)) }
     }
 
     @Test("a snapshot of the state replays to the same state and sequence number")
