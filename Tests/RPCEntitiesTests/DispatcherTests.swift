@@ -32,6 +32,9 @@ private final class Harness {
             == #"{"id":"3","method":"user.updateUserResult","param":{"id":"u1","name":"Bo","email":"a@x"}}"#)
         #expect(h.code(#"{"id":"4","method":"user.updateUser","param":{"userId":"u1","newName":""}}"#) == "invalidParams")
         #expect(h.code(#"{"id":"5","method":"user.updateUser","param":{"userId":"u1","newEmail":"nope"}}"#) == "invalidParams")
+        // The @ is looked for anywhere in the address, in long and non-ASCII ones too.
+        #expect(h.code(#"{"id":"5b","method":"user.createUser","param":{"id":"u2","name":"Al","email":"al.at.example.com.no.at.sign"}}"#) == "invalidParams")
+        #expect(h.code(#"{"id":"5c","method":"user.createUser","param":{"id":"u3","name":"Al","email":"äöü-a-long-local-part-past-sixteen-bytes@x"}}"#) == nil)
         #expect(h.send(#"{"id":"6","method":"user.deleteUser","param":{"userId":"u1"}}"#)
             == #"{"id":"6","method":"user.deleteUserResult","param":{"deleted":"u1"}}"#)
         #expect(h.code(#"{"id":"7","method":"user.getUser","param":{"userId":"u1"}}"#) == "notFound")
