@@ -35,16 +35,17 @@ struct BusyLoopTests {
             while answered.current < 10_000 && failure.current == nil && watch.seconds < 20 { usleep(1_000) }
             #expect(answered.current >= 10_000, "the flooding peer got \(answered.current) replies in 20 s")
 
+            let before = answered.current
             for round in 0..<5 {
-                let before = answered.current
                 let c = try LineClient(port: port, timeout: 5)
                 let ping = try c.request(#"{"id":"n\#(round)","method":"system.ping"}"#)
                 #expect(ping.contains("system.pingResult"), "round \(round): \(ping.prefix(200))")
                 let stats = try c.request(#"{"id":"s\#(round)","method":"system.stats"}"#)
                 #expect(stats.contains("system.statsResult"), "round \(round): \(stats.prefix(200))")
-                // The loop was busy all along, not idle between the flood's batches.
-                #expect(answered.current > before, "round \(round): the flooding peer made no progress meanwhile")
             }
+            // The loop was kept busy all along (the flood went on). Over the five rounds, not per
+            // round: one round can be over before the flooding thread is next scheduled.
+            #expect(answered.current > before, "the flooding peer made no progress while five peers connected")
             stop.withLock { $0 = true }
             let drained = Stopwatch()
             while !flooder.isFinished && drained.seconds < 10 { usleep(1_000) }
