@@ -1,6 +1,12 @@
 import Dispatch
 import RPCSchema
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// Rebuilds the entity state from a snapshot and journal files, one line at a time, through the
 /// method table with no log attached (replay never journals). Pure: the caller reads the files.
 ///
@@ -378,9 +384,21 @@ public struct JournalReplay {
         return (start, 0, number, nil)
     }
 
-    /// The index of the first `\n` at or after `from`, eight bytes at a time (a restart scans a
-    /// 100 MiB snapshot for them; byte by byte was a few percent of it).
+    /// The index of the first `\n` at or after `from`: the C library's `memchr` (vector
+    /// instructions; a restart scans a 100 MiB snapshot for them twice, and eight bytes at a time
+    /// that was ~3% of it, byte by byte more).
     static func newline(in bytes: UnsafeRawBufferPointer, from: Int) -> Int? {
+        guard from < bytes.count, let base = bytes.baseAddress else { return nil }
+        #if canImport(Glibc) || canImport(Darwin)
+        guard let found = memchr(base + from, Int32(UInt8(ascii: "\n")), bytes.count - from) else { return nil }
+        return UnsafeRawPointer(found) - base
+        #else
+        return wordwiseNewline(in: bytes, from: from)
+        #endif
+    }
+
+    /// `newline` eight bytes at a time, where there is no `memchr`.
+    static func wordwiseNewline(in bytes: UnsafeRawBufferPointer, from: Int) -> Int? {
         var i = from
         if let base = bytes.baseAddress {
             let ones: UInt64 = 0x0101_0101_0101_0101

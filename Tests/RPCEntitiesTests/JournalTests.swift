@@ -449,9 +449,12 @@ struct JournalTests {
             for from in 0...raw.count {
                 let naive = raw[from...].firstIndex(of: UInt8(ascii: "\n"))
                 #expect(JournalReplay.newline(in: raw, from: from) == naive, "from \(from)")
+                // The fallback for platforms without memchr, tested here too.
+                #expect(JournalReplay.wordwiseNewline(in: raw, from: from) == naive, "from \(from)")
             }
         }
         #expect([UInt8]().withUnsafeBytes { JournalReplay.newline(in: $0, from: 0) } == nil)
+        #expect([UInt8]().withUnsafeBytes { JournalReplay.wordwiseNewline(in: $0, from: 0) } == nil)
     }
 }
 
