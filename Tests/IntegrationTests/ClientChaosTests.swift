@@ -10,7 +10,8 @@ import Testing
 @Suite("RPCClient chaos: kill -9 under load", .serialized)
 struct ClientChaosTests {
     @Test(
-        "4 clients, 20,000 mixed keyed mutations, 5 kill -9 and restarts: every call succeeds; the state equals the model", .timeLimit(.minutes(3)))
+        "4 clients, 20,000 mixed keyed mutations, 5 kill -9 and restarts: every call succeeds; the state equals the model",
+        .timeLimit(.minutes(3 * TestPace.slowdown)))
     func exactlyOnce() async throws {
         try await ChaosRun(clients: 4, lanesPerClient: 25, opsPerLane: 200, restarts: 5, exactlyOnce: true).run()
     }

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -61,6 +62,7 @@ final class DaemonProcess {
         stderrDrain = PipeDrain(errPipe)
 
         let want = expectedListeners ?? listen.count
+        let timeout = TestPace.seconds(timeout)
         let found = stderrDrain.wait(timeout: timeout) { DaemonProcess.parseListeners($0).count >= want }
         let seen = DaemonProcess.parseListeners(stderrDrain.text)
         if !found || seen.count < want {
