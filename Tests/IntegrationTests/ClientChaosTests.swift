@@ -40,7 +40,8 @@ struct ChaosRun {
 
     func run() async throws {
         let daemons = try RestartableDaemon()
-        let options = RPCClientOptions(defaultTimeout: .seconds(20), retry: RetryPolicy())
+        // Long enough to span a restart (a sanitized daemon under the full suite: longer, `TestPace`).
+        let options = RPCClientOptions(defaultTimeout: .seconds(20 * TestPace.slowdown), retry: RetryPolicy())
         let failures = Locked<[String]>([])
         let repeats = Locked(0)
         let completed = Locked(0)
