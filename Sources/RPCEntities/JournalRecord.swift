@@ -310,13 +310,6 @@ public enum JournalRecord {
 
     static let misplacedChecksum = #""crc" is not the line's checksum: a sealed line ends with ,"crc":"<8 lowercase hex digits>"}"#
 
-    /// A sealed record whose param is a plain object, that param left in the line
-    /// (`writtenRecord`); nil for any other line.
-    static func plainWrittenFields(_ line: UnsafeRawBufferPointer) -> (fields: Fields, plain: PlainObject)? {
-        guard checksum(of: line) == .valid, let record = writtenRecord(line, plainParams: true), let plain = record.plain else { return nil }
-        return (record.fields, plain)
-    }
-
     /// A record line for replay: checked and scanned once, its param left in the line when it is
     /// plain (`writtenRecord`), else read in full (`fields`).
     static func replayFields(_ line: UnsafeRawBufferPointer) -> Result<(fields: Fields, plain: PlainObject?), JournalLineError> {

@@ -29,11 +29,12 @@ public struct JournalReplay {
     /// Journal records read so far (applied or skipped), over every journal file.
     private var journalRecords = 0
     private let table: MethodTable<Entities>
-    /// Method text -> entry, so each line costs one dictionary lookup and one retain.
+    /// Method text -> entry, so a line whose method is not the last one's (`lastEntry`) costs one
+    /// dictionary lookup and one retain.
     private var entries: [String: MethodTable<Entities>.Entry] = [:]
     /// The method `entry` looked up last, and its entry.
     private var lastEntry: (name: String, entry: MethodTable<Entities>.Entry)?
-    /// Where a plain record's reply is written and dropped (`apply(_:plain:line:seq:)`).
+    /// Where a keyed plain record's reply is written, to be remembered (`apply(_:plain:seq:)`).
     private var scratch: [UInt8] = []
 
     public init(state: Entities = Entities(), table: MethodTable<Entities> = Entities.table) {
@@ -284,9 +285,10 @@ public struct JournalReplay {
 
     /// `apply` for a record whose param `plain` left in its line (`JournalRecord.replayFields`):
     /// decoded from the line, as a request's plain param is, and run by the handler a request
-    /// runs (its reply written to a scratch buffer; a keyed record's outcome remembered with the
-    /// digest of its line's bytes). A param that does not decode that way goes the full way as
-    /// its value, which decides and words the error.
+    /// runs. A record with no key runs silently (no outcome to remember, so no reply is written);
+    /// a keyed one writes its reply to a scratch buffer and remembers it with the digest of its
+    /// line's bytes. A param that does not decode that way, or a keyed record without that
+    /// digest, goes the full way with its value, which decides and words the error.
     mutating func apply(_ fields: JournalRecord.Fields, plain: PlainObject?, seq: UInt64) -> String? {
         guard let plain else { return apply(fields, seq: seq) }
         let cached: MethodTable<Entities>.Entry
@@ -294,19 +296,18 @@ public struct JournalReplay {
         case .failure(let reason): return reason.text
         case .success(let entry): cached = entry
         }
-        if fields.key == nil, let silent = cached.preparePlainSilent {
-            // No key, so no outcome to remember: the reply is not written at all.
-            guard let call = silent(plain) else { return applyParsed(fields, plain: plain, seq: seq, entry: cached) }
+        guard let key = fields.key else {
+            guard let call = cached.preparePlainSilent?(plain) else { return applyParsed(fields, plain: plain, seq: seq, entry: cached) }
             if let error = call(&state) { return "\(cached.method) does not apply: \(error.errorMessage)" }
             applied += 1
             return nil
         }
-        guard let call = cached.preparePlain?(plain) else { return applyParsed(fields, plain: plain, seq: seq, entry: cached) }
+        guard let digest = fields.digest, let call = cached.preparePlain?(plain) else {
+            return applyParsed(fields, plain: plain, seq: seq, entry: cached)
+        }
         scratch.removeAll(keepingCapacity: true)
         if let error = call(&state, &scratch) { return "\(cached.method) does not apply: \(error.errorMessage)" }
-        if let key = fields.key, let digest = fields.digest {
-            state.keys.remember(ExactID(key), .init(digest: digest, reply: scratch, seq: seq), now: Self.now())
-        }
+        state.keys.remember(ExactID(key), .init(digest: digest, reply: scratch, seq: seq), now: Self.now())
         applied += 1
         return nil
     }

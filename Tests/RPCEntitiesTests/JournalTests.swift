@@ -215,11 +215,11 @@ struct JournalTests {
         // The first journal's lines take the plain path where the param is a plain object; the second's never do.
         for (line, record) in zip(plain.split(separator: "\n"), records) {
             let bytes = Array(line.utf8)
-            let taken = bytes.withUnsafeBytes { JournalRecord.plainWrittenFields($0) != nil }
+            let taken = bytes.withUnsafeBytes { (try? JournalRecord.replayFields($0).get())?.plain != nil }
             #expect(taken == !record.plain.contains("["), "\(line)")
         }
         for line in escaped.split(separator: "\n") {
-            #expect(Array(line.utf8).withUnsafeBytes { JournalRecord.plainWrittenFields($0) } == nil, "\(line)")
+            #expect(Array(line.utf8).withUnsafeBytes { (try? JournalRecord.replayFields($0).get())?.plain } == nil, "\(line)")
         }
         var fromPlain = JournalReplay()
         var fromParsed = JournalReplay()
