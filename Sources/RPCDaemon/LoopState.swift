@@ -19,8 +19,11 @@ final class LoopState: @unchecked Sendable {
         var bytesIn: UInt64 = 0
         var bytesOut: UInt64 = 0
         var idleClosed = 0
+        /// Each loop's time, by loop index.
+        var loops: [(index: Int, stats: LoopStats)] = []
 
         mutating func add(_ other: Snapshot) {
+            loops += other.loops
             methods.merge(other.methods) { Count(requests: $0.requests + $1.requests, errors: $0.errors + $1.errors) }
             bytesIn &+= other.bytesIn
             bytesOut &+= other.bytesOut
@@ -88,6 +91,9 @@ final class LoopState: @unchecked Sendable {
         loop.preconditionOnLoop()
         endRun()
         var snapshot = Snapshot(methods: counts, bytesIn: closedBytesIn, bytesOut: closedBytesOut, idleClosed: idleClosed)
+        let lingering = loop.lingerNanoseconds
+        let serving = loop.turnNanoseconds >= lingering ? loop.turnNanoseconds - lingering : 0
+        snapshot.loops = [(loop.index, LoopStats(servingSeconds: Double(serving) / 1e9, lingeringSeconds: Double(lingering) / 1e9, turns: loop.turns))]
         for connection in connections.values {
             snapshot.bytesIn &+= connection.bytesIn
             snapshot.bytesOut &+= connection.bytesOut

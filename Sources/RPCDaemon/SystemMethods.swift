@@ -18,11 +18,13 @@ enum StatsReport {
             .sorted { $0.method < $1.method }
         var connections = connections
         connections.idleClosed = snapshot.idleClosed
-        return StatsResult(
+        var result = StatsResult(
             uptimeSeconds: uptime, connections: connections,
             requests: methods.reduce(0) { $0 + $1.requests }, errors: methods.reduce(0) { $0 + $1.errors },
             methods: methods, bytesIn: Int(clamping: snapshot.bytesIn), bytesOut: Int(clamping: snapshot.bytesOut),
             journal: journal)
+        result.loops = snapshot.loops.sorted { $0.index < $1.index }.map(\.stats)
+        return result
     }
 }
 

@@ -87,6 +87,8 @@ public struct StatsResult: Codable, Hashable, Sendable {
     public var replication: ReplicationStats?
     /// Records held, and how many changes wait in overlays (absent from older daemons).
     public var state: StateStats?
+    /// Each event loop's time since the start (absent from older daemons).
+    public var loops: [LoopStats]?
 
     public init(
         uptimeSeconds: Double, connections: ConnectionStats, requests: Int, errors: Int, methods: [MethodStats],
@@ -152,6 +154,21 @@ public struct StateStats: Codable, Hashable, Sendable {
         self.users = users
         self.buildings = buildings
         self.overlaid = overlaid
+    }
+}
+
+/// One event loop's time since the start, in seconds: serving (its turns, less the waits below;
+/// time the loop's thread was preempted in a turn counts here too) and lingering (a turn waiting
+/// for the next event instead of returning its thread), and how many turns. Serving time that
+/// grows nearly as fast as the clock means this loop is what limits the daemon.
+public struct LoopStats: Codable, Hashable, Sendable {
+    public var servingSeconds: Double
+    public var lingeringSeconds: Double
+    public var turns: Int
+    public init(servingSeconds: Double, lingeringSeconds: Double, turns: Int) {
+        self.servingSeconds = servingSeconds
+        self.lingeringSeconds = lingeringSeconds
+        self.turns = turns
     }
 }
 

@@ -1,5 +1,6 @@
 // rpcbench: loads rpcd the way its users do and reports throughput, latency, memory and recovery.
 import Foundation
+import RPCSchema
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -260,9 +261,14 @@ func measureRPCD(fsync: String?, keyed: Bool = false, followers: Int? = nil) thr
     // Lag is sampled over the measured seconds only (the load's connections open first: close enough).
     let sampler = try followerSet.map { try LagSampler(leaderPort: target.port, followerPorts: $0.ports) }
     let followersCPUBefore = followerSet?.cpuSeconds() ?? 0
+    // Each loop's time over the run, from `system.stats` before and after (a daemon on this machine).
+    let loopProbe = target.host == "127.0.0.1" ? try? StatsProbe(port: target.port) : nil
+    let loopsBefore = try? loopProbe?.stats().loops
     let loadStart = nowNanoseconds()
     sampler?.start(from: loadStart + UInt64(options.warmup * 1e9), until: loadStart + UInt64((options.warmup + options.duration) * 1e9))
     var rpcd = try measure(load, against: target, options: options)
+    let loopsAfter = try? loopProbe?.stats().loops
+    let loopSeconds = Double(nowNanoseconds() - loadStart) / 1e9
     let lag = sampler?.stop()
     let followersCPU = (followerSet?.cpuSeconds() ?? 0) - followersCPUBefore
     let threadCount = max(1, min(options.threads, options.conns))
@@ -272,6 +278,9 @@ func measureRPCD(fsync: String?, keyed: Bool = false, followers: Int? = nil) thr
     rpcd.printFigures(
         errorsLine: "\(rpcd.errorReplies) error replies, \(rpcd.mismatches) id mismatches",
         serverLabel: "daemon CPU", serverNote: daemon.map { "; RSS \($0.rssKiB()) KiB" } ?? "")
+    if let loopsBefore, let loopsAfter, loopsBefore.count == loopsAfter.count {
+        printLoopFigures(before: loopsBefore, after: loopsAfter, seconds: loopSeconds)
+    }
     if let followers, let sampler, let lag {
         let writes = options.workload == .create ? rpcd.rps : options.workload == .mixed ? rpcd.rps / 10 : 0
         rpcd.errorReplies += printFollowerFigures(
@@ -282,4 +291,17 @@ func measureRPCD(fsync: String?, keyed: Bool = false, followers: Int? = nil) thr
     rpcd.printResult(
         "workload=\(options.workload.rawValue)\(fsync.map { " fsync=\($0)" } ?? "")\(keyed ? " keys=yes" : "")\(followersField)", options: options)
     return rpcd
+}
+
+/// One line per event loop: the share of the run it spent serving (a loop near 100% is the
+/// daemon's bottleneck; CPU left idle elsewhere cannot help it) and lingering, and its turns.
+func printLoopFigures(before: [LoopStats], after: [LoopStats], seconds: Double) {
+    guard seconds > 0 else { return }
+    for (index, (was, now)) in zip(before, after).enumerated() {
+        let serving = (now.servingSeconds - was.servingSeconds) / seconds * 100
+        let lingering = (now.lingeringSeconds - was.lingeringSeconds) / seconds * 100
+        let turns = Double(now.turns - was.turns) / seconds
+        print("loop \(index)".padding(toLength: 12, withPad: " ", startingAt: 0)
+            + String(format: "serving %.0f%% of the run, lingering %.0f%%, %.0f turns/s", serving, lingering, turns))
+    }
 }

@@ -103,4 +103,30 @@ struct SystemEntityTests {
             #expect(state["overlaid"] as? Int == 0, "\(reply.line)")
         }
     }
+
+    /// `loops`: one entry per event loop, in order, each with the turns that served its
+    /// connections; a loop's serving and lingering time fit in the daemon's uptime.
+    @Test func statsTellEachLoopsTime() throws {
+        try withDaemon(extraArguments: ["--event-loops", "2"]) { daemon in
+            // Connections go to the loops in turn: one each.
+            let clients = try (0..<2).map { _ in try LineClient(port: daemon.port) }
+            for (n, client) in clients.enumerated() {
+                for i in 0..<20 { _ = try client.request(Wire.getUser("g\(n)-\(i)", "nobody")) }
+            }
+            let reply = try Reply(clients[0].request(#"{"id":"s","method":"system.stats"}"#))
+            let stats = try #require(reply.param)
+            let uptime = try #require(stats["uptimeSeconds"] as? Double)
+            let loops = try #require(stats["loops"] as? [[String: Any]], "\(reply.line)")
+            #expect(loops.count == 2, "\(reply.line)")
+            for loop in loops {
+                let turns = loop["turns"] as? Int ?? -1
+                let serving = loop["servingSeconds"] as? Double ?? -1
+                let lingering = loop["lingeringSeconds"] as? Double ?? -1
+                #expect(turns >= 1, "each loop served 20 requests: \(reply.line)")
+                #expect(serving > 0 && lingering >= 0, "\(reply.line)")
+                #expect(serving + lingering <= uptime + 0.01, "a loop's time past the uptime: \(reply.line)")
+            }
+            for client in clients { client.close() }
+        }
+    }
 }
