@@ -91,7 +91,7 @@ final class LoopState: @unchecked Sendable {
         loop.preconditionOnLoop()
         endRun()
         var snapshot = Snapshot(methods: counts, bytesIn: closedBytesIn, bytesOut: closedBytesOut, idleClosed: idleClosed)
-        let lingering = loop.lingerNanoseconds
+        let lingering = loop.lingeredNanoseconds
         let serving = loop.turnNanoseconds >= lingering ? loop.turnNanoseconds - lingering : 0
         snapshot.loops = [(loop.index, LoopStats(servingSeconds: Double(serving) / 1e9, lingeringSeconds: Double(lingering) / 1e9, turns: loop.turns))]
         for connection in connections.values {

@@ -40,7 +40,7 @@ public final class EventLoop: @unchecked Sendable {
     /// spent waiting in a linger (so the rest is serving, or preempted while serving), and how
     /// many turns. A loop whose serving time nears the elapsed time is the daemon's bottleneck.
     public private(set) var turnNanoseconds: UInt64 = 0
-    public private(set) var lingerNanoseconds: UInt64 = 0
+    public private(set) var lingeredNanoseconds: UInt64 = 0
     public private(set) var turns = 0
 
     /// Bytes of unfinished lines held by this loop's connections, and the most they may hold
@@ -162,7 +162,7 @@ public final class EventLoop: @unchecked Sendable {
     /// Serves every ready connection; another turn follows while the set stays ready.
     ///
     /// With `lingers` set (the server's loops), a turn that served something then lingers: it
-    /// answers what it read (`onTurnEnd`) and waits in the kernel, up to `lingerWait`, for
+    /// answers what it read (`onTurnEnd`) and waits in the kernel, up to `lingerNanoseconds`, for
     /// the next event, serving it on this thread.
     /// Under load the next request is microseconds away, and waking this thread from epoll costs
     /// one wake-up where returning to libdispatch costs two (its manager thread sees the epoll fd,
@@ -180,7 +180,7 @@ public final class EventLoop: @unchecked Sendable {
         while lingers && served > 0 && waits < Self.maxLingers && now &- started < Self.maxTurnNanoseconds {
             onTurnEnd?()
             if lingerDeclined { break }
-            served = serveReady(waitNanoseconds: Self.lingerWait)
+            served = serveReady(waitNanoseconds: Self.lingerNanoseconds)
             waits += 1
         }
         inTurn = false
@@ -196,7 +196,7 @@ public final class EventLoop: @unchecked Sendable {
     /// hand-off above before the next turn starts: on a 2-core Firecracker VM, where a wake-up
     /// costs tens of µs, 250 µs turns left get 50 × 16 10–30% below 2 ms turns (ABBA, same
     /// binary: 1.14, 0.98, 1.29, 1.30) and get 50 × 1 a few percent (1.02, 1.07, 1.08, 0.92).
-    static let lingerWait = 50_000
+    static let lingerNanoseconds = 50_000
     static let maxLingers = 1_000
     static let maxTurnNanoseconds: UInt64 = 2_000_000
 
@@ -211,7 +211,7 @@ public final class EventLoop: @unchecked Sendable {
             var waitingSince = wait > 0 ? DispatchTime.now().uptimeNanoseconds : 0
             let n = selector.poll(into: events, waitNanoseconds: wait) { token, ready in
                 if waitingSince > 0 {
-                    lingerNanoseconds &+= DispatchTime.now().uptimeNanoseconds &- waitingSince
+                    lingeredNanoseconds &+= DispatchTime.now().uptimeNanoseconds &- waitingSince
                     waitingSince = 0
                 }
                 if token == 0 { return woken() }
@@ -220,7 +220,7 @@ public final class EventLoop: @unchecked Sendable {
                 connection(token)?.ready(ready)
             }
             if n > 0 { now = DispatchTime.now().uptimeNanoseconds }
-            if waitingSince > 0 { lingerNanoseconds &+= DispatchTime.now().uptimeNanoseconds &- waitingSince }
+            if waitingSince > 0 { lingeredNanoseconds &+= DispatchTime.now().uptimeNanoseconds &- waitingSince }
             total += n
             wait = 0
             if n < events.count { break }
