@@ -44,6 +44,7 @@ private func measureInProcess(count: Int, keyed: Bool, options: Options) -> (Dou
         createSeq = seq
     }
     var errors = 0
+    var staged = StagedBatch()
     out.removeAll(keepingCapacity: true)
     let start = nowNanoseconds()
     for i in 0..<count {
@@ -55,17 +56,24 @@ private func measureInProcess(count: Int, keyed: Bool, options: Options) -> (Dou
             factory.appendRequest(conn: 0, seq: createSeq, into: &fresh)
             line = Array(fresh.dropLast())
         }
-        line.withUnsafeBytes { _ = dispatcher.handle(line: $0, session: &session, into: &out) }
+        if let batch = options.batch {
+            line.withUnsafeBytes { staged.stage($0, dispatcher: dispatcher, session: &session, into: &out) }
+            if staged.calls.count >= batch { staged.run(dispatcher, into: &out) }
+        } else {
+            line.withUnsafeBytes { _ = dispatcher.handle(line: $0, session: &session, into: &out) }
+        }
         if out.count > 60_000 {
             errors += out.withUnsafeBytes { countOccurrences(of: errorMarker, in: $0) }
             out.removeAll(keepingCapacity: true)
         }
     }
+    staged.run(dispatcher, into: &out)
     let seconds = Double(nowNanoseconds() - start) / 1e9
     errors += out.withUnsafeBytes { countOccurrences(of: errorMarker, in: $0) }
     let perRequest = seconds / Double(count) * 1e9
     let keys = keyed ? " keys=yes" : ""
-    print("in-process  \(count) \(options.workload.rawValue) requests\(keyed ? " with keys" : "") in \(String(format: "%.3f", seconds)) s")
+    let batched = options.batch.map { " in batches of \($0)" } ?? ""
+    print("in-process  \(count) \(options.workload.rawValue) requests\(keyed ? " with keys" : "")\(batched) in \(String(format: "%.3f", seconds)) s")
     print("per request \(String(format: "%.0f", perRequest)) ns (\(Int(Double(count) / seconds)) requests/s on one core)")
     print("RESULT inprocess=\(count) workload=\(options.workload.rawValue)\(keys) ns_per_request=\(Int(perRequest)) errors=\(errors)")
     measureSnapshot(of: dispatcher)
@@ -83,6 +91,46 @@ private func measureSnapshot(of dispatcher: Dispatcher) {
     let records = JournalSnapshot.recordCount(state)
     let lines = records + state.keys.count
     print("snapshot    \(records) records and \(state.keys.count) keys (\(bytes) bytes) encoded in \(String(format: "%.0f", nanoseconds / 1e6)) ms, \(String(format: "%.0f", nanoseconds / Double(max(lines, 1)))) ns a line")
+}
+
+/// Requests staged as the daemon stages one peer's read (decoded, checked and prepared outside
+/// the state lock), then run together under one hold of it, in buffers kept from batch to batch.
+private struct StagedBatch {
+    var calls: [Dispatcher.Call] = []
+    var answered: [UInt8] = []
+    var outcomes: [(served: Dispatcher.Served, end: Int)] = []
+
+    mutating func stage(_ line: UnsafeRawBufferPointer, dispatcher: Dispatcher, session: inout Dispatcher.Session, into out: inout [UInt8]) {
+        var methodAndParam: UnsafeRawBufferPointer?
+        var plainParam: PlainObject?
+        var plainKey: UnsafeRawBufferPointer?
+        switch RequestCodec.decode(line, methodAndParam: &methodAndParam, plainParam: &plainParam, plainKey: &plainKey) {
+        case .request(let request):
+            if session.form == nil { session.form = request.form }
+            answered.removeAll(keepingCapacity: true)
+            let stage = dispatcher.stage(
+                request, methodAndParam: methodAndParam, plainParam: plainParam, plainKey: plainKey, session: &session,
+                into: &answered, calls: &calls)
+            if case .call = stage { return }
+            // Answered at once (an error) or a service method: counted as a reply like any other.
+            run(dispatcher, into: &out)
+            if case .service = stage {
+                _ = dispatcher.handle(line: line, session: &session, into: &out)
+            } else {
+                out.append(contentsOf: answered)
+            }
+        case .counterRequest, .invalid:
+            run(dispatcher, into: &out)
+            _ = dispatcher.handle(line: line, session: &session, into: &out)
+        }
+    }
+
+    mutating func run(_ dispatcher: Dispatcher, into out: inout [UInt8]) {
+        guard !calls.isEmpty else { return }
+        dispatcher.run(calls[...], into: &out, outcomes: &outcomes)
+        calls.removeAll(keepingCapacity: true)
+        outcomes.removeAll(keepingCapacity: true)
+    }
 }
 
 /// A journal kept in memory: records are encoded and sealed as the daemon's are, then dropped

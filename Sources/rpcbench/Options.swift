@@ -18,6 +18,9 @@ struct Options {
     var idle: Int?
     var recovery: Int?
     var inProcess: Int?
+    /// With `--in-process`: requests staged and run in batches of this many, as the daemon answers
+    /// one peer's read (nil: one at a time through `Dispatcher.handle(line:)`).
+    var batch: Int?
     var listAfterInsert: Int?
     var threads = 1
     /// Times to run the set of loads a ratio compares (`--keys both`, `--fsync a,b`, `--followers`).
@@ -61,6 +64,8 @@ struct Options {
           --in-process N     no sockets: run N requests of the workload through the dispatcher on this thread
                              (for profiling the decode-dispatch-encode path; run it under valgrind --tool=callgrind);
                              mutations are journaled to memory; with --keys both, prints RATIO keyed/unkeyed
+          --batch B          with --in-process: decode, stage and run the requests B at a time, as the daemon
+                             answers a peer's read (reused buffers, one hold of the state lock a batch)
           --list-after-insert N  no sockets: create N users, then time rounds of createUser + listUsers {limit:1}
         Prints a table, then: RESULT workload=… conns=… depth=… rps=… p50_us=… p99_us=… p999_us=… errors=…
         (rows for --compare: RESULT target=redis|floor workload=… and the same fields; with --followers,
@@ -114,6 +119,7 @@ struct Options {
             case "--idle": options.idle = try number(Int.self)
             case "--recovery": options.recovery = try number(Int.self)
             case "--in-process": options.inProcess = try number(Int.self)
+            case "--batch": options.batch = try number(Int.self)
             case "--compare":
                 for name in try value().split(separator: ",") {
                     guard let reference = Reference(rawValue: String(name)) else {
@@ -140,6 +146,8 @@ struct Options {
         if options.followers != nil && (options.spawn == nil || options.idle != nil || options.recovery != nil || !options.compare.isEmpty) {
             throw UsageError("--followers needs --spawn PATH_TO_RPCD and a load run (not --idle, --recovery or --compare)")
         }
+        if options.batch != nil && options.inProcess == nil { throw UsageError("--batch goes with --in-process N") }
+        if let batch = options.batch, batch > 4096 { throw UsageError("--batch \(batch) is more than 4096; the daemon answers at most 512 requests together") }
         if !options.compare.isEmpty && (options.idle != nil || options.recovery != nil || options.inProcess != nil) {
             throw UsageError("--compare goes with a load run, not --idle, --recovery or --in-process")
         }

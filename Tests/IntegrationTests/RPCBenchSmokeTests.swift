@@ -90,13 +90,25 @@ import Glibc
         #expect(temp.rpcbenchEntries().isEmpty && temp.processesNamingIt().isEmpty, "left behind: \(temp.rpcbenchEntries())")
     }
 
-    @Test("rpcbench --followers without --spawn, or with a bad count, exits 2 with one line", arguments: [
+    @Test("rpcbench --in-process --batch runs the daemon's staged path (decode, stage, run a batch) with no error replies", arguments: ["get", "create", "mixed"])
+    func inProcessBatched(_ workload: String) throws {
+        let outcome = try runProcess(
+            try Binaries.rpcbench(), ["--in-process", "3000", "--workload", workload, "--batch", "16", "--users", "50"], timeout: 60)
+        #expect(outcome.status == 0, "rpcbench failed: \(outcome.stdout)\(outcome.stderr)")
+        #expect(outcome.stdout.contains("in batches of 16"), "\(outcome.stdout)")
+        let result = outcome.stdout.split(separator: "\n").first { $0.hasPrefix("RESULT inprocess=3000 workload=\(workload) ") } ?? ""
+        #expect(result.contains(" errors=0"), "no RESULT … errors=0 line: \(outcome.stdout)")
+    }
+
+    @Test("rpcbench --followers without --spawn or with a bad count, --batch without --in-process or past 4096: exit 2 with one line naming the flag", arguments: [
         ["--connect", "127.0.0.1:1", "--followers", "2"], ["--spawn", "/bin/false", "--followers", "two"], ["--spawn", "/bin/false", "--followers", "-1"],
+        ["--connect", "127.0.0.1:1", "--batch", "16"], ["--in-process", "10", "--batch", "5000"], ["--in-process", "10", "--batch", "0"],
     ])
-    func followersMisused(_ arguments: [String]) throws {
+    func flagMisused(_ arguments: [String]) throws {
+        let flag = arguments.first { $0 == "--followers" || $0 == "--batch" } ?? ""
         let outcome = try runProcess(try Binaries.rpcbench(), arguments, timeout: 30)
         #expect(outcome.status == 2)
-        #expect(outcome.stderr.hasPrefix("rpcbench: --followers ") && outcome.stderr.split(separator: "\n").count == 1, "\(outcome.stderr)")
+        #expect(outcome.stderr.hasPrefix("rpcbench: \(flag) ") && outcome.stderr.split(separator: "\n").count == 1, "\(outcome.stderr)")
     }
 
     @Test("rpcbench --rounds outside 1...100 exits 2 with one line that names the range", arguments: ["0", "101", "many"])
