@@ -33,6 +33,9 @@ public struct ServeOptions: Equatable, Sendable {
     public var idleTimeout: Double = 300
     /// Event loops (threads serving connections); 0 = automatic, see `loopCount`.
     public var eventLoops = 0
+    /// Seconds a loop that mostly waits for its peers polls for the next request before it
+    /// sleeps (`EventLoop.busyPollNanoseconds`). 0 = never.
+    public var busyPoll: Double = 0.000_05
     /// The auth file (`auth_file`): peers on TCP authenticate with `system.auth`; nil: none (then
     /// `Config.effective` takes `$CREDENTIALS_DIRECTORY/auth` if it exists).
     public var authFile: String?
@@ -133,6 +136,10 @@ public enum CommandLineParser {
                                    \(SettingRanges.describe(count: SettingRanges.maxConnections, zero: "no limit")))
           --event-loops N          threads serving connections (default 0: half the cores, at least one;
                                    \(SettingRanges.describe(count: SettingRanges.eventLoops, zero: "half the cores")))
+          --busy-poll S            how long an event loop that mostly waits for its peers polls for the next
+                                   request before it sleeps: lower latency for one-at-a-time peers, for
+                                   that much CPU after each request (default 50us;
+                                   \(SettingRanges.describe(seconds: SettingRanges.busyPoll, zero: "never")))
           --idle-timeout SECONDS   close a connection with no I/O and no reply owed for that long (default 300;
                                    \(SettingRanges.describe(seconds: SettingRanges.idleTimeout, zero: "never")))
           --auth-file PATH         principals that authenticate with system.auth, NAME ROLE SECRET-HASH per line
@@ -199,6 +206,8 @@ public enum CommandLineParser {
                 }
             case "--event-loops":
                 options.eventLoops = try checked(flag, try value()) { ConfigValue.count($0, in: SettingRanges.eventLoops, zero: "half the cores") }
+            case "--busy-poll":
+                options.busyPoll = try checked(flag, try value()) { ConfigValue.seconds($0, in: SettingRanges.busyPoll, zero: "never") }
             case "--idle-timeout":
                 options.idleTimeout = try checked(flag, try value()) { ConfigValue.seconds($0, in: SettingRanges.idleTimeout, zero: "never") }
             case "--listen":
@@ -256,6 +265,7 @@ public enum CommandLineParser {
         "--group-commit-delay": "group_commit_delay",
         "--max-frame-bytes": "max_frame_bytes", "--max-output-bytes": "max_output_bytes",
         "--max-connections": "max_connections", "--idle-timeout": "idle_timeout", "--event-loops": "event_loops",
+        "--busy-poll": "busy_poll",
         "--max-input-bytes": "max_input_bytes", "--compact-after-bytes": "compact_after_bytes",
         "--idempotency-keys": "idempotency_keys", "--idempotency-window": "idempotency_window",
     ].merging(AccessSettings.flags) { first, _ in first }

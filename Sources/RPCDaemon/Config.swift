@@ -12,7 +12,7 @@ public enum Config {
     /// The keys a file may set, in the order `check-config` prints them.
     public static let keys = [
         "listen", "data_dir", "fsync", "group_commit_delay", "compact_after_bytes", "max_frame_bytes", "max_output_bytes", "max_input_bytes",
-        "max_connections", "idle_timeout", "event_loops", "idempotency_keys", "idempotency_window", "log_level",
+        "max_connections", "idle_timeout", "event_loops", "busy_poll", "idempotency_keys", "idempotency_window", "log_level",
     ] + AccessSettings.keys
     /// Keys that may appear more than once (each adds a value).
     static let repeatable: Set<String> = ["listen"]
@@ -136,6 +136,11 @@ public enum Config {
             case .success(let n): options.eventLoops = n
             case .failure(let problem): return "event_loops \"\(value)\" \(problem.reason)"
             }
+        case "busy_poll":
+            switch ConfigValue.seconds(value, in: SettingRanges.busyPoll, zero: "never") {
+            case .success(let seconds): options.busyPoll = seconds
+            case .failure(let problem): return "busy_poll \"\(value)\" \(problem.reason)"
+            }
         case "group_commit_delay":
             switch ConfigValue.seconds(value, in: SettingRanges.groupCommitDelay, zero: "none") {
             case .success(let seconds): options.groupCommitDelay = seconds
@@ -172,6 +177,7 @@ public enum Config {
             case "max_connections": options.maxConnections = flags.maxConnections
             case "idle_timeout": options.idleTimeout = flags.idleTimeout
             case "event_loops": options.eventLoops = flags.eventLoops
+            case "busy_poll": options.busyPoll = flags.busyPoll
             case "log_level": options.logLevel = flags.logLevel
             default: _ = AccessSettings.merge(key, from: flags, into: &options)
             }
@@ -195,6 +201,7 @@ public enum Config {
         lines.append("max_connections = \(options.maxConnections)")
         lines.append("idle_timeout = \(ConfigValue.render(seconds: options.idleTimeout))")
         lines.append("event_loops = \(options.eventLoops)")
+        lines.append("busy_poll = \(ConfigValue.render(shortSeconds: options.busyPoll))")
         lines.append("log_level = \(options.logLevel)")
         lines += AccessSettings.render(options)
         return lines.joined(separator: "\n") + "\n"
@@ -216,7 +223,7 @@ public enum Config {
 
 /// Value syntaxes shared by the file and the flags (the ranges are in `SettingRanges`).
 enum ConfigValue {
-    /// `300`, `1.5`, `500ms`, `30s`, `5m`, `1h` -> seconds; nil if malformed, negative or not finite.
+    /// `300`, `1.5`, `50us`, `500ms`, `30s`, `5m`, `1h` -> seconds; nil if malformed, negative or not finite.
     static func seconds(_ text: String) -> Double? {
         guard let (value, scale) = durationParts(text), value >= 0, (value * scale).isFinite else { return nil }
         return value * scale
@@ -224,7 +231,7 @@ enum ConfigValue {
 
     /// The number and the unit's length in seconds; nil unless the number is finite.
     static func durationParts(_ text: String) -> (value: Double, scale: Double)? {
-        let units: [(String, Double)] = [("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600)]
+        let units: [(String, Double)] = [("us", 0.000_001), ("µs", 0.000_001), ("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600)]
         var number = text
         var scale = 1.0
         for (suffix, factor) in units where text.hasSuffix(suffix) {
@@ -233,11 +240,18 @@ enum ConfigValue {
             break
         }
         guard let value = Double(number), value.isFinite else { return nil }
-        return (value, scale)
+        // Microseconds divided, not multiplied by 1e-6: `50us` is then the same Double as 0.00005.
+        return scale < 0.001 ? (value / 1_000_000, 1) : (value, scale)
     }
 
     static func render(seconds: Double) -> String {
         seconds == seconds.rounded() && seconds < 1e15 ? String(Int(seconds)) : String(seconds)
+    }
+
+    /// A duration below a millisecond in whole microseconds (`50us`), else as `render(seconds:)`.
+    static func render(shortSeconds seconds: Double) -> String {
+        let micros = seconds * 1e6
+        return seconds > 0 && seconds < 0.001 && micros == micros.rounded() ? "\(Int(micros))us" : render(seconds: seconds)
     }
 
     static let byteUnits: [(String, Int)] = [

@@ -93,7 +93,12 @@ final class LoopState: @unchecked Sendable {
         var snapshot = Snapshot(methods: counts, bytesIn: closedBytesIn, bytesOut: closedBytesOut, idleClosed: idleClosed)
         let lingering = loop.lingeredNanoseconds
         let serving = loop.turnNanoseconds >= lingering ? loop.turnNanoseconds - lingering : 0
-        snapshot.loops = [(loop.index, LoopStats(servingSeconds: Double(serving) / 1e9, lingeringSeconds: Double(lingering) / 1e9, turns: loop.turns))]
+        snapshot.loops = [(
+            loop.index,
+            LoopStats(
+                servingSeconds: Double(serving) / 1e9, lingeringSeconds: Double(lingering) / 1e9,
+                pollingSeconds: Double(loop.polledNanoseconds) / 1e9, turns: loop.turns)
+        )]
         for connection in connections.values {
             snapshot.bytesIn &+= connection.bytesIn
             snapshot.bytesOut &+= connection.bytesOut

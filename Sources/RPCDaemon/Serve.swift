@@ -97,7 +97,7 @@ extension Daemon {
                 limits: Connection.Limits(maxFrameBytes: options.maxFrameBytes, maxOutputBytes: options.maxOutputBytes),
                 loopCount: loopCount, log: log,
                 maxConnections: options.maxConnections, idleTimeout: options.idleTimeout, maxInputBytes: options.maxInputBytes,
-                access: policy.connectionAccess, journalStats: { journal.stats() }, feed: feed)
+                access: policy.connectionAccess, journalStats: { journal.stats() }, feed: feed, busyPoll: options.busyPoll)
             server.replicationStats = {
                 var stats = follower?.stats ?? ReplicationStats(role: "leader", sequence: Int(clamping: feed.sequences.durable))
                 stats.subscribers = feed.stats()

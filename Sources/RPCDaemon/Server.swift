@@ -87,7 +87,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         dispatcher: Dispatcher, durability: (any MutationLog)?, limits: Connection.Limits, loopCount: Int, log: Logger,
         maxConnections: Int = 0, idleTimeout: Double = 0, maxInputBytes: Int = Server.defaultMaxInputBytes,
         access: ConnectionAccess = ConnectionAccess(), journalStats: (@Sendable () -> JournalStats)? = nil,
-        feed: ReplicationFeed? = nil
+        feed: ReplicationFeed? = nil, busyPoll: Double = 0
     ) throws(Errno) {
         self.accessRules = access
         self.feed = feed
@@ -119,6 +119,8 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         for (loop, (turn, state)) in zip(loops.loops, zip(turns, loopStates)) {
             loop.onTurnEnd = { [unowned self] in finish(turn, state) }
             loop.lingers = true
+            // Range-checked by the settings; clamped again so no value can trap here.
+            loop.busyPollNanoseconds = busyPoll.isFinite ? Int(min(max(busyPoll, 0), 1) * 1e9) : 0
             try loop.onWake { [released = state.released] in released.deliver() }
         }
     }

@@ -21,6 +21,9 @@ enum SettingRanges {
     /// Seconds the journal writer waits for more mutations before an fsync; 0 (none) is allowed
     /// besides this range. At most 0.1 s: every durable reply waits this long on top of its fsync.
     static let groupCommitDelay = 0.0001...0.1
+    /// Seconds a waiting loop polls before it sleeps; 0 (never) is allowed besides this range. At
+    /// most 1 ms: that much CPU after each request of a peer that sends one at a time.
+    static let busyPoll = 0.000_001...0.001
     /// Seconds; 0 (never) is allowed besides this range.
     static let idleTimeout = 0.001...(30 * 86_400.0)
     /// Seconds `rpcd call` waits for the connection and the reply together.
@@ -54,6 +57,7 @@ enum SettingRanges {
 
     /// 2592000 -> `30 days`, 0.001 -> `1 ms`.
     static func human(seconds: Double) -> String {
+        if seconds < 0.001 { return "\(ConfigValue.render(seconds: (seconds * 1e6).rounded())) µs" }
         if seconds < 1 { return "\(ConfigValue.render(seconds: seconds * 1000)) ms" }
         for (name, length) in [("days", 86_400.0), ("h", 3600), ("min", 60)] where seconds >= length && seconds.truncatingRemainder(dividingBy: length) == 0 {
             return "\(ConfigValue.render(seconds: seconds / length)) \(name)"

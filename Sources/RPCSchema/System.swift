@@ -158,17 +158,29 @@ public struct StateStats: Codable, Hashable, Sendable {
 }
 
 /// One event loop's time since the start, in seconds: serving (its turns, less the waits below;
-/// time the loop's thread was preempted in a turn counts here too) and lingering (a turn waiting
-/// for the next event instead of returning its thread), and how many turns. Serving time that
-/// grows nearly as fast as the clock means this loop is what limits the daemon.
+/// time the loop's thread was preempted in a turn counts here too), lingering (a turn waiting
+/// for the next event instead of returning its thread) and the part of that spent polling
+/// without sleeping (`busy_poll`, CPU time), and how many turns. Serving time that grows nearly
+/// as fast as the clock means this loop is what limits the daemon.
 public struct LoopStats: Codable, Hashable, Sendable {
     public var servingSeconds: Double
     public var lingeringSeconds: Double
+    public var pollingSeconds: Double
     public var turns: Int
-    public init(servingSeconds: Double, lingeringSeconds: Double, turns: Int) {
+    public init(servingSeconds: Double, lingeringSeconds: Double, pollingSeconds: Double = 0, turns: Int) {
         self.servingSeconds = servingSeconds
         self.lingeringSeconds = lingeringSeconds
+        self.pollingSeconds = pollingSeconds
         self.turns = turns
+    }
+
+    /// A daemon from before `busy_poll` sends no `pollingSeconds`: 0.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        servingSeconds = try container.decode(Double.self, forKey: .servingSeconds)
+        lingeringSeconds = try container.decode(Double.self, forKey: .lingeringSeconds)
+        pollingSeconds = try container.decodeIfPresent(Double.self, forKey: .pollingSeconds) ?? 0
+        turns = try container.decode(Int.self, forKey: .turns)
     }
 }
 

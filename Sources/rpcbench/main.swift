@@ -294,14 +294,16 @@ func measureRPCD(fsync: String?, keyed: Bool = false, followers: Int? = nil) thr
 }
 
 /// One line per event loop: the share of the run it spent serving (a loop near 100% is the
-/// daemon's bottleneck; CPU left idle elsewhere cannot help it) and lingering, and its turns.
+/// daemon's bottleneck; CPU left idle elsewhere cannot help it) and lingering (of which polling,
+/// `busy_poll`), and its turns.
 func printLoopFigures(before: [LoopStats], after: [LoopStats], seconds: Double) {
     guard seconds > 0 else { return }
     for (index, (was, now)) in zip(before, after).enumerated() {
         let serving = (now.servingSeconds - was.servingSeconds) / seconds * 100
         let lingering = (now.lingeringSeconds - was.lingeringSeconds) / seconds * 100
+        let polling = (now.pollingSeconds - was.pollingSeconds) / seconds * 100
         let turns = Double(now.turns - was.turns) / seconds
         print("loop \(index)".padding(toLength: 12, withPad: " ", startingAt: 0)
-            + String(format: "serving %.0f%% of the run, lingering %.0f%%, %.0f turns/s", serving, lingering, turns))
+            + String(format: "serving %.0f%% of the run, lingering %.0f%% (polling %.0f%%), %.0f turns/s", serving, lingering, polling, turns))
     }
 }

@@ -125,8 +125,35 @@ struct SystemEntityTests {
                 #expect(turns >= 1, "each loop served 20 requests: \(reply.line)")
                 #expect(serving > 0 && lingering >= 0, "\(reply.line)")
                 #expect(serving + lingering <= uptime + 0.01, "a loop's time past the uptime: \(reply.line)")
+                let polling = loop["pollingSeconds"] as? Double ?? -1
+                #expect(polling >= 0 && polling <= lingering + 1e-6, "polling is part of lingering: \(reply.line)")
             }
             for client in clients { client.close() }
+        }
+    }
+
+    /// `busy_poll`: a loop whose peer sends one request at a time, and so waits most of each turn,
+    /// polls for the next request before it sleeps (`pollingSeconds` grows); with `--busy-poll 0`
+    /// it never polls. A peer that waits ~1 ms between requests makes every turn mostly waiting.
+    @Test(arguments: [(["--busy-poll", "200us"], true), (["--busy-poll", "0"], false)])
+    func waitingLoopPollsBeforeSleeping(_ arguments: [String], polls: Bool) throws {
+        try withDaemon(extraArguments: arguments) { daemon in
+            let client = try LineClient(port: daemon.port)
+            for i in 0..<100 {
+                _ = try client.request(Wire.getUser("p\(i)", "nobody"))
+                usleep(1_000)
+            }
+            let reply = try Reply(client.request(#"{"id":"s","method":"system.stats"}"#))
+            let loop = try #require((reply.param?["loops"] as? [[String: Any]])?.first, "\(reply.line)")
+            let polling = try #require(loop["pollingSeconds"] as? Double, "\(reply.line)")
+            let lingering = try #require(loop["lingeringSeconds"] as? Double, "\(reply.line)")
+            if polls {
+                // At least ~100 polls of up to 200 µs, each ended by its timeout or the next request.
+                #expect(polling > 0.002 && polling <= lingering + 1e-6, "\(reply.line)")
+            } else {
+                #expect(polling == 0 && lingering > 0, "\(reply.line)")
+            }
+            client.close()
         }
     }
 }

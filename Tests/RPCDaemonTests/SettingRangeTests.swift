@@ -22,6 +22,9 @@ struct SettingRangeTests {
         ("--group-commit-delay", "group_commit_delay",
          ["0.2", "1s", "101ms", "0.00005", "0.09ms", "-1ms", "nan", "inf", "1e300", "soon", ""],
          [("0", 0), ("0.0001", 0.0001), ("0.1ms", 0.0001), ("2ms", 0.002), ("100ms", 0.1), ("0.1", 0.1)]),
+        ("--busy-poll", "busy_poll",
+         ["2ms", "0.0011", "1e-7", "0.5us", "-1us", "nan", "inf", "1e300", "soon", ""],
+         [("0", 0), ("50us", 0.000_05), ("1us", 0.000_001), ("1µs", 0.000_001), ("0.001", 0.001), ("1ms", 0.001)]),
         ("--event-loops", "event_loops",
          ["257", "-1", "1.5", "9223372036854775808", "two", ""],
          [("0", 0), ("1", 1), ("256", 256)]),
@@ -56,6 +59,7 @@ struct SettingRangeTests {
                 case "--max-connections": got = Double(options.maxConnections)
                 case "--idle-timeout": got = options.idleTimeout
                 case "--group-commit-delay": got = options.groupCommitDelay
+                case "--busy-poll": got = options.busyPoll
                 case "--event-loops": got = Double(options.eventLoops)
                 default: got = Double(options.compactAfterBytes)
                 }
@@ -93,6 +97,10 @@ struct SettingRangeTests {
         #expect(CommandLineParser.help.contains(SettingRanges.describe(bytes: SettingRanges.compactAfterBytes)))
         #expect(CommandLineParser.help.contains(SettingRanges.describe(seconds: SettingRanges.groupCommitDelay, zero: "none")))
         #expect(CommandLineParser.help.contains(SettingRanges.describe(count: SettingRanges.eventLoops, zero: "half the cores")))
+        #expect(CommandLineParser.help.contains(SettingRanges.describe(seconds: SettingRanges.busyPoll, zero: "never")))
+        #expect(SettingRanges.describe(seconds: SettingRanges.busyPoll, zero: "never") == "0 (never) or 1e-06 to 0.001 seconds (1 µs to 1 ms)")
+        // The default renders as the file writes it, and reads back the same.
+        #expect(Config.render(ServeOptions()).contains("\nbusy_poll = 50us\n"))
         #expect(CallCommand.help.contains(SettingRanges.describe(seconds: SettingRanges.callTimeout, zero: nil)))
         for bad in ["1e300", "0", "-1", "nan", "inf", "2592001"] {
             #expect(throws: UsageError.self, "--timeout \(bad)") {
