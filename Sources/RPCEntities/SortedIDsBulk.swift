@@ -89,7 +89,7 @@ extension SortedIDs {
         }
     }
 
-    /// Moves `count` keys from `source` at `start` to `target` at `at`, leaving placeholders (no
+    /// Moves `count` keys from `source` at `start` to `target` at `offset`, leaving placeholders (no
     /// counted reference) behind for the source array to destroy.
     @inline(__always)
     private static func move(
@@ -100,7 +100,7 @@ extension SortedIDs {
         (source.baseAddress! + start).initialize(repeating: .placeholder, count: count)
     }
 
-    /// `count` keys of `source` from `start`, moved into an array of their own.
+    /// The keys of `source` in `range`, moved into an array of their own.
     private static func moved(from source: UnsafeMutableBufferPointer<Key>, _ range: Range<Int>) -> [Key] {
         [Key](unsafeUninitializedCapacity: range.count) { out, written in
             move(from: source, at: range.lowerBound, count: range.count, to: out, at: 0)
