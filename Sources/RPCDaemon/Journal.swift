@@ -191,6 +191,10 @@ final class Journal: MutationLog, @unchecked Sendable {
             let bytes = journalBytes
             let (ready, result) = lock.withLock {
                 published.bytes = bytes
+                if failure == nil, records > 0 {
+                    published.batches &+= 1
+                    published.records &+= Int(truncatingIfNeeded: records)
+                }
                 return commit.finished(batch, failure: failure)
             }
             // The feed first: a client that got its reply and subscribes from its sequence number
@@ -344,10 +348,13 @@ final class Journal: MutationLog, @unchecked Sendable {
         let started = DispatchTime.now().uptimeNanoseconds
         try FileIO.sync(fd, path: filePath, dataOnly: true)
         let micros = Int((DispatchTime.now().uptimeNanoseconds - started) / 1000)
-        lock.withLock { published.lastFsyncMicroseconds = micros }
+        lock.withLock {
+            published.lastFsyncMicroseconds = micros
+            published.fsyncs &+= 1
+        }
     }
 
-    /// Journal size and the latency of the last fsync (any thread).
+    /// Journal size, the latency of the last fsync, and the group commit's counts (any thread).
     func stats() -> JournalStats {
         lock.withLock { published }
     }

@@ -184,13 +184,32 @@ public struct LoopStats: Codable, Hashable, Sendable {
     }
 }
 
-/// The journal's size and the latency of its last fsync; 0 until there is a journal.
+/// The journal's size and the latency of its last fsync; 0 until there is a journal. Since the
+/// start: the group commit's batches (one write each, and with `--fsync always` one fsync), the
+/// records they held, and the journal's fsyncs. Records over batches is how many mutations share
+/// a write (and an fsync): what the group commit achieves under the load at hand.
 public struct JournalStats: Codable, Hashable, Sendable {
     public var bytes: Int
     public var lastFsyncMicroseconds: Int
-    public init(bytes: Int = 0, lastFsyncMicroseconds: Int = 0) {
+    public var batches: Int
+    public var records: Int
+    public var fsyncs: Int
+    public init(bytes: Int = 0, lastFsyncMicroseconds: Int = 0, batches: Int = 0, records: Int = 0, fsyncs: Int = 0) {
         self.bytes = bytes
         self.lastFsyncMicroseconds = lastFsyncMicroseconds
+        self.batches = batches
+        self.records = records
+        self.fsyncs = fsyncs
+    }
+
+    /// A daemon from before the counters sends only `bytes` and `lastFsyncMicroseconds`: 0 each.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        bytes = try container.decode(Int.self, forKey: .bytes)
+        lastFsyncMicroseconds = try container.decode(Int.self, forKey: .lastFsyncMicroseconds)
+        batches = try container.decodeIfPresent(Int.self, forKey: .batches) ?? 0
+        records = try container.decodeIfPresent(Int.self, forKey: .records) ?? 0
+        fsyncs = try container.decodeIfPresent(Int.self, forKey: .fsyncs) ?? 0
     }
 }
 

@@ -263,11 +263,13 @@ func measureRPCD(fsync: String?, keyed: Bool = false, followers: Int? = nil) thr
     let followersCPUBefore = followerSet?.cpuSeconds() ?? 0
     // Each loop's time over the run, from `system.stats` before and after (a daemon on this machine).
     let loopProbe = target.host == "127.0.0.1" ? try? StatsProbe(port: target.port) : nil
-    let loopsBefore = try? loopProbe?.stats().loops
+    let statsBefore = try? loopProbe?.stats()
+    let loopsBefore = statsBefore?.loops
     let loadStart = nowNanoseconds()
     sampler?.start(from: loadStart + UInt64(options.warmup * 1e9), until: loadStart + UInt64((options.warmup + options.duration) * 1e9))
     var rpcd = try measure(load, against: target, options: options)
-    let loopsAfter = try? loopProbe?.stats().loops
+    let statsAfter = try? loopProbe?.stats()
+    let loopsAfter = statsAfter?.loops
     let loopSeconds = Double(nowNanoseconds() - loadStart) / 1e9
     let lag = sampler?.stop()
     let followersCPU = (followerSet?.cpuSeconds() ?? 0) - followersCPUBefore
@@ -281,6 +283,9 @@ func measureRPCD(fsync: String?, keyed: Bool = false, followers: Int? = nil) thr
     if let loopsBefore, let loopsAfter, loopsBefore.count == loopsAfter.count {
         printLoopFigures(before: loopsBefore, after: loopsAfter, seconds: loopSeconds)
     }
+    if let was = statsBefore?.journal, let now = statsAfter?.journal {
+        printJournalFigures(before: was, after: now, seconds: loopSeconds)
+    }
     if let followers, let sampler, let lag {
         let writes = options.workload == .create ? rpcd.rps : options.workload == .mixed ? rpcd.rps / 10 : 0
         rpcd.errorReplies += printFollowerFigures(
@@ -291,6 +296,16 @@ func measureRPCD(fsync: String?, keyed: Bool = false, followers: Int? = nil) thr
     rpcd.printResult(
         "workload=\(options.workload.rawValue)\(fsync.map { " fsync=\($0)" } ?? "")\(keyed ? " keys=yes" : "")\(followersField)", options: options)
     return rpcd
+}
+
+/// The group commit over the run, when the daemon journaled anything: batches (writes) a second,
+/// records a batch, fsyncs a second, and the last fsync's latency.
+func printJournalFigures(before: JournalStats, after: JournalStats, seconds: Double) {
+    let batches = after.batches &- before.batches
+    guard seconds > 0, batches > 0 else { return }
+    let records = Double(after.records &- before.records) / Double(batches)
+    let fsyncs = Double(after.fsyncs &- before.fsyncs) / seconds
+    print("journal     " + String(format: "%.0f batches/s of %.1f records, %.0f fsyncs/s (last %d µs)", Double(batches) / seconds, records, fsyncs, after.lastFsyncMicroseconds))
 }
 
 /// One line per event loop: the share of the run it spent serving (a loop near 100% is the

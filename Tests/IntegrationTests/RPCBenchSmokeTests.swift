@@ -26,6 +26,10 @@ import Glibc
         #expect(result.contains(" errors=0"), "\(result)")
         let rps = result.split(separator: " ").first { $0.hasPrefix("rps=") }.flatMap { Int($0.dropFirst(4)) } ?? 0
         #expect(rps > 0, "\(result)")
+        // The group commit's line (from system.stats before and after): only when the run wrote.
+        let journal = outcome.stdout.split(separator: "\n").first { $0.hasPrefix("journal ") }
+        #expect((journal != nil) == (workload != "get"), "\(outcome.stdout)")
+        if let journal { #expect(journal.contains(" batches/s of ") && journal.contains(" fsyncs/s"), "\(journal)") }
         #expect(temp.rpcbenchEntries() == before, "rpcbench left its data directory behind")
     }
 

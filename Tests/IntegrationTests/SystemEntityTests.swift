@@ -90,6 +90,10 @@ struct SystemEntityTests {
             #expect((stats["bytesOut"] as? Int ?? 0) > 0, "\(reply.line)")
             let journal = try #require(stats["journal"] as? [String: Any])
             #expect(journal["lastFsyncMicroseconds"] is Int, "\(reply.line)")
+            // One create at a time, each answered after its fsync (`--fsync always`): five batches
+            // of one record, an fsync each.
+            #expect(journal["batches"] as? Int == 5 && journal["records"] as? Int == 5, "\(reply.line)")
+            #expect(journal["fsyncs"] as? Int == 5, "\(reply.line)")
             // Five journaled creates, one line each of at least the request's length.
             let journalBytes = journal["bytes"] as? Int ?? 0
             let onDisk = (try? FileManager.default.attributesOfItem(atPath: daemon.dataDir.appendingPathComponent("journal.jsonl").path)[.size] as? Int) ?? -1
