@@ -261,14 +261,15 @@ func measureRPCD(fsync: String?, keyed: Bool = false, followers: Int? = nil) thr
     // Lag is sampled over the measured seconds only (the load's connections open first: close enough).
     let sampler = try followerSet.map { try LagSampler(leaderPort: target.port, followerPorts: $0.ports) }
     let followersCPUBefore = followerSet?.cpuSeconds() ?? 0
-    // Each loop's time over the run, from `system.stats` before and after (a daemon on this machine).
-    let loopProbe = target.host == "127.0.0.1" ? try? StatsProbe(port: target.port) : nil
-    let statsBefore = try? loopProbe?.stats()
+    // Each loop's time and the group commit over the run, from `system.stats` before and after
+    // (a daemon on this machine).
+    let statsProbe = target.host == "127.0.0.1" ? try? StatsProbe(port: target.port) : nil
+    let statsBefore = try? statsProbe?.stats()
     let loopsBefore = statsBefore?.loops
     let loadStart = nowNanoseconds()
     sampler?.start(from: loadStart + UInt64(options.warmup * 1e9), until: loadStart + UInt64((options.warmup + options.duration) * 1e9))
     var rpcd = try measure(load, against: target, options: options)
-    let statsAfter = try? loopProbe?.stats()
+    let statsAfter = try? statsProbe?.stats()
     let loopsAfter = statsAfter?.loops
     let loopSeconds = Double(nowNanoseconds() - loadStart) / 1e9
     let lag = sampler?.stop()
