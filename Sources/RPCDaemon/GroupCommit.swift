@@ -45,6 +45,9 @@ struct GroupCommit {
     /// While the writer waits for the peers it released (`awaitReturn`): how many records past
     /// the durable one end the wait.
     private var returnTarget: UInt64?
+    /// Records appended while the last batch was written: the next batch holds them whatever the
+    /// writer waits for, so they are not the peers its batch's replies went to.
+    private var appendedDuringWrite: UInt64 = 0
     private var waiters: [(ticket: UInt64, done: Waiter)] = []
     /// How far the writer may fall behind before mutations are refused (bounded memory).
     let maxBehindBytes: Int
@@ -133,11 +136,18 @@ struct GroupCommit {
     /// Records are appended and not yet taken by the writer.
     var hasPending: Bool { !pending.isEmpty }
 
-    /// The writer, between two batches, is to wait until `records` records are pending: true if
-    /// it must (the append that makes them says `wakeWriter`), false if they are already.
+    /// The writer, between two batches, is to wait until the `records` peers its last batch
+    /// answered are back: until `records` more are pending than were appended while it wrote.
+    /// True if it must (the append that makes them says `wakeWriter`), false if they are already.
+    ///
+    /// Counting those appended during the write too ended the wait before the answered peers
+    /// were back: at 50 writers with one request in flight each, ~20 of them arrived during each
+    /// write, the wait ended when ~10 answered peers had returned, and batches held ~30 of the 50.
     mutating func awaitReturn(_ records: UInt64) -> Bool {
-        guard lastSeq &- ackedSeq < records else { return false }
-        returnTarget = records
+        let (sum, overflow) = records.addingReportingOverflow(appendedDuringWrite)
+        let target = overflow ? .max : sum
+        guard lastSeq &- ackedSeq < target else { return false }
+        returnTarget = target
         return true
     }
 
@@ -167,6 +177,7 @@ struct GroupCommit {
         inFlightBytes = 0
         if let reason { return fail(reason) }
         ackedSeq = batch.lastSeq
+        appendedDuringWrite = lastSeq &- batch.lastSeq
         var ready: [Waiter] = []
         waiters.removeAll { waiter in
             guard waiter.ticket <= batch.lastSeq else { return false }

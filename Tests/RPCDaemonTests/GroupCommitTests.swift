@@ -53,6 +53,29 @@ import Testing
         #expect(wakes(&commit, 3) == [false, true, false])
     }
 
+    @Test("records appended while a batch was written are not among the peers it answered: the wait counts past them")
+    func awaitReturnCountsPastRecordsAppendedDuringTheWrite() throws {
+        var commit = GroupCommit(lastSeq: 0, maxBehindBytes: 1 << 20)
+        for _ in 0..<5 { _ = commit.append(Self.record) }
+        let taken = commit.takeBatch()
+        let batch = try #require(taken)
+        // Three arrive while the batch is written and synced.
+        for _ in 0..<3 { _ = commit.append(Self.record) }
+        _ = commit.finished(batch, failure: nil)
+        // The five answered peers: the wait ends at the fifth record after those three.
+        let waits = commit.awaitReturn(5)
+        #expect(waits)
+        #expect(wakes(&commit, 6) == [false, false, false, false, true, false])
+        commit.stopAwaitingReturn()
+        // The next batch (the three and the five) was written with nothing arriving meanwhile.
+        let takenNext = commit.takeBatch()
+        let next = try #require(takenNext)
+        _ = commit.finished(next, failure: nil)
+        let waitsAgain = commit.awaitReturn(8)
+        #expect(waitsAgain)
+        #expect(wakes(&commit, 8) == [false, false, false, false, false, false, false, true])
+    }
+
     @Test("a wait given up (its deadline passed) is woken by no later append")
     func awaitReturnGivenUp() {
         var commit = GroupCommit(lastSeq: 0, maxBehindBytes: 1 << 20)
