@@ -26,6 +26,15 @@ import Testing
         (0..<count).map { _ in commit.append(Self.record).wakeWriter }
     }
 
+    /// The writer's part: takes the batch, `appendingMeanwhile` records arrive while it is written
+    /// and synced, and it is done.
+    private func writeBatch(_ commit: inout GroupCommit, appendingMeanwhile count: Int = 0) throws {
+        let taken = commit.takeBatch()
+        let batch = try #require(taken)
+        for _ in 0..<count { _ = commit.append(Self.record) }
+        _ = commit.finished(batch, failure: nil)
+    }
+
     @Test("a writer waiting for 3 returning records is woken by the append of the 3rd, once; never when they are there already")
     func awaitReturnWakesOnTheLastRecord() {
         var commit = GroupCommit(lastSeq: 10, maxBehindBytes: 1 << 20)
@@ -45,9 +54,7 @@ import Testing
     func awaitReturnCountsFromTheDurableRecord() throws {
         var commit = GroupCommit(lastSeq: 0, maxBehindBytes: 1 << 20)
         for _ in 0..<5 { _ = commit.append(Self.record) }
-        let taken = commit.takeBatch()
-        let batch = try #require(taken)
-        _ = commit.finished(batch, failure: nil)
+        try writeBatch(&commit)
         let waits = commit.awaitReturn(2)
         #expect(waits)
         #expect(wakes(&commit, 3) == [false, true, false])
@@ -57,20 +64,14 @@ import Testing
     func awaitReturnCountsPastRecordsAppendedDuringTheWrite() throws {
         var commit = GroupCommit(lastSeq: 0, maxBehindBytes: 1 << 20)
         for _ in 0..<5 { _ = commit.append(Self.record) }
-        let taken = commit.takeBatch()
-        let batch = try #require(taken)
-        // Three arrive while the batch is written and synced.
-        for _ in 0..<3 { _ = commit.append(Self.record) }
-        _ = commit.finished(batch, failure: nil)
+        try writeBatch(&commit, appendingMeanwhile: 3)
         // The five answered peers: the wait ends at the fifth record after those three.
         let waits = commit.awaitReturn(5)
         #expect(waits)
         #expect(wakes(&commit, 6) == [false, false, false, false, true, false])
         commit.stopAwaitingReturn()
         // The next batch (the three and the five) was written with nothing arriving meanwhile.
-        let takenNext = commit.takeBatch()
-        let next = try #require(takenNext)
-        _ = commit.finished(next, failure: nil)
+        try writeBatch(&commit)
         let waitsAgain = commit.awaitReturn(8)
         #expect(waitsAgain)
         #expect(wakes(&commit, 8) == [false, false, false, false, false, false, false, true])
