@@ -265,12 +265,10 @@ func measureRPCD(fsync: String?, keyed: Bool = false, followers: Int? = nil) thr
     // (a daemon on this machine).
     let statsProbe = target.host == "127.0.0.1" ? try? StatsProbe(port: target.port) : nil
     let statsBefore = try? statsProbe?.stats()
-    let loopsBefore = statsBefore?.loops
     let loadStart = nowNanoseconds()
     sampler?.start(from: loadStart + UInt64(options.warmup * 1e9), until: loadStart + UInt64((options.warmup + options.duration) * 1e9))
     var rpcd = try measure(load, against: target, options: options)
     let statsAfter = try? statsProbe?.stats()
-    let loopsAfter = statsAfter?.loops
     let loopSeconds = Double(nowNanoseconds() - loadStart) / 1e9
     let lag = sampler?.stop()
     let followersCPU = (followerSet?.cpuSeconds() ?? 0) - followersCPUBefore
@@ -281,7 +279,7 @@ func measureRPCD(fsync: String?, keyed: Bool = false, followers: Int? = nil) thr
     rpcd.printFigures(
         errorsLine: "\(rpcd.errorReplies) error replies, \(rpcd.mismatches) id mismatches",
         serverLabel: "daemon CPU", serverNote: daemon.map { "; RSS \($0.rssKiB()) KiB" } ?? "")
-    if let loopsBefore, let loopsAfter, loopsBefore.count == loopsAfter.count {
+    if let loopsBefore = statsBefore?.loops, let loopsAfter = statsAfter?.loops, loopsBefore.count == loopsAfter.count {
         printLoopFigures(before: loopsBefore, after: loopsAfter, seconds: loopSeconds)
     }
     if let was = statsBefore?.journal, let now = statsAfter?.journal {
