@@ -30,8 +30,9 @@ extension ConnectionDelegate {
 /// outbound buffer whose replies leave in the order they were reserved.
 public final class Connection: @unchecked Sendable {
     // @unchecked: every `var` below is touched only on `loop.queue` (checked with preconditionOnLoop).
-    // For the same reason the buffers skip the run-time exclusivity check (`@exclusivity(unchecked)`),
-    // which cost a few thread-local access-set insertions per read and flush.
+    // For the same reason they skip the run-time exclusivity check (`@exclusivity(unchecked)`),
+    // which cost a thread-local access-set insertion (~75 instructions) per access, several per
+    // read and flush: at one request in flight, per request.
 
     public enum CloseReason: Sendable, Equatable, CustomStringConvertible {
         /// The peer half-closed and every reply was sent.
@@ -83,14 +84,20 @@ public final class Connection: @unchecked Sendable {
     public let limits: Limits
     public var queue: DispatchQueue { loop.queue }
     /// The owner's per-connection state (e.g. the wire form of the first request). Set before
-    /// `start()`, read on the loop: unchecked exclusivity, as no access overlaps another (the
-    /// run-time check was a thread-local lookup per line).
-    @exclusivity(unchecked) public var context: AnyObject?
+    /// `start()`, read on the loop.
+    public var context: AnyObject? {
+        get { ownerContext }
+        set { ownerContext = newValue }
+    }
+    /// `context`'s storage: unchecked exclusivity, as no access overlaps another (the run-time
+    /// check was a thread-local lookup per line). Behind an accessor: a stored property read
+    /// directly from another module was checked all the same.
+    @exclusivity(unchecked) private var ownerContext: AnyObject?
     /// Uptime (in nanoseconds) of the last byte read or written; for idle timeouts.
-    public private(set) var lastActivityAt: UInt64
+    @exclusivity(unchecked) public private(set) var lastActivityAt: UInt64
     /// Bytes read from and sent to the peer (for statistics). Read on the loop queue.
-    public private(set) var bytesIn: UInt64 = 0
-    public private(set) var bytesOut: UInt64 = 0
+    @exclusivity(unchecked) public private(set) var bytesIn: UInt64 = 0
+    @exclusivity(unchecked) public private(set) var bytesOut: UInt64 = 0
 
     private let fd: Int32
     private let onReset: OnReset
@@ -100,27 +107,27 @@ public final class Connection: @unchecked Sendable {
     @exclusivity(unchecked) private var delegate: (any ConnectionDelegate)?
     @exclusivity(unchecked) private var framer: LineFramer
     /// The framer's unfinished input as last reported to the loop's budget.
-    private var reportedInput = 0
+    @exclusivity(unchecked) private var reportedInput = 0
     @exclusivity(unchecked) private var outbound = OutboundBuffer()
     /// The loop's name for this fd; 0 until registered.
-    private var token: UInt64 = 0
-    private var interest: IOInterest = []
-    private var readClosed = false
+    @exclusivity(unchecked) private var token: UInt64 = 0
+    @exclusivity(unchecked) private var interest: IOInterest = []
+    @exclusivity(unchecked) private var readClosed = false
     /// The owner asked for no more reads for now (`pauseReading`).
-    private var readPaused = false
+    @exclusivity(unchecked) private var readPaused = false
     /// Call `connectionDidDrain` when output that waited for writability is all sent.
-    public var notifiesDrain = false
+    @exclusivity(unchecked) public var notifiesDrain = false
     /// Never idle (a change feed's subscriber waits quietly for changes).
-    public var exemptFromIdleTimeout = false
-    private var closeReason: CloseReason?
+    @exclusivity(unchecked) public var exemptFromIdleTimeout = false
+    @exclusivity(unchecked) private var closeReason: CloseReason?
     /// Replies that must wait for an earlier reserved one: oldest first.
     @exclusivity(unchecked) private var held: [(slot: UInt64, bytes: [UInt8]?)] = []
     /// Owners that will send replies later in this turn (`beginDeferredReplies`).
-    private var deferrals = 0
+    @exclusivity(unchecked) private var deferrals = 0
     /// Why the connection closes once its output is sent (`closeAfterFlush`).
-    private var finishingReason: CloseReason?
-    private var heldBytes = 0
-    private var nextSlot: UInt64 = 0
+    @exclusivity(unchecked) private var finishingReason: CloseReason?
+    @exclusivity(unchecked) private var heldBytes = 0
+    @exclusivity(unchecked) private var nextSlot: UInt64 = 0
 
     /// Takes ownership of `fd` (non-blocking). Call `start()` to begin reading.
     public init(

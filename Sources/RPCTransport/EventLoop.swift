@@ -18,7 +18,8 @@ import Darwin
 /// buffer per loop, not per connection, keeps idle connections small.
 public final class EventLoop: @unchecked Sendable {
     // @unchecked: every `var` is touched only on `queue`, which is serial (preconditionOnLoop);
-    // `slots` and `generations` skip the run-time exclusivity check for the same reason.
+    // those read or written per turn, read or event skip the run-time exclusivity check for the
+    // same reason (~75 instructions an access).
     public let queue: DispatchQueue
     /// Its place in its group (0 for a loop on its own).
     public let index: Int
@@ -32,22 +33,22 @@ public final class EventLoop: @unchecked Sendable {
     /// is someone else's. An array, not a dictionary by token: no hashing per event.
     @exclusivity(unchecked) private var slots: [Connection?] = []
     @exclusivity(unchecked) private var generations: [UInt32] = []
-    private var freeSlots: [Int] = []
+    @exclusivity(unchecked) private var freeSlots: [Int] = []
     /// Uptime in nanoseconds at the start of the current turn (one clock read per turn).
-    public private(set) var now: UInt64
+    @exclusivity(unchecked) public private(set) var now: UInt64
 
     /// Where the loop's time went, for `system.stats`: nanoseconds of its turns, the part of them
     /// spent waiting in a linger (so the rest is serving, or preempted while serving), and how
     /// many turns. A loop whose serving time nears the elapsed time is the daemon's bottleneck.
-    public private(set) var turnNanoseconds: UInt64 = 0
-    public private(set) var lingeredNanoseconds: UInt64 = 0
+    @exclusivity(unchecked) public private(set) var turnNanoseconds: UInt64 = 0
+    @exclusivity(unchecked) public private(set) var lingeredNanoseconds: UInt64 = 0
     /// The part of the lingered time spent polling without sleeping (`busyPollNanoseconds`).
-    public private(set) var polledNanoseconds: UInt64 = 0
-    public private(set) var turns = 0
+    @exclusivity(unchecked) public private(set) var polledNanoseconds: UInt64 = 0
+    @exclusivity(unchecked) public private(set) var turns = 0
 
     /// Bytes of unfinished lines held by this loop's connections, and the most they may hold
     /// before the largest holders are shed (`Int.max`: no bound).
-    public private(set) var bufferedInput = 0
+    @exclusivity(unchecked) public private(set) var bufferedInput = 0
     public var inputBudget = Int.max
 
     /// Called on the loop queue when a connection is shed to keep within `inputBudget`.
@@ -82,7 +83,7 @@ public final class EventLoop: @unchecked Sendable {
     /// pipelining peer's requests into smaller reads (get 50 × 16: 0.76 of the sleeping loop, 4 pairs).
     public var busyPollNanoseconds = 0
     /// The last turn waited a quarter or more of its time: its lingers poll first (`busyPollNanoseconds`).
-    private var pollsBeforeSleeping = false
+    @exclusivity(unchecked) private var pollsBeforeSleeping = false
 
     /// A pipe in the epoll set that `wake()` writes to (nil until `onWake(_:)`), and what to run then.
     private var wakePipe: (read: Int32, write: Int32)?
