@@ -392,11 +392,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         guard !turn.isEmpty else { return }
         var nextCall = 0
         var index = 0
-        var durable: UInt64 = 0
-        var waiting: [HeldReply] = []
-        // Every reply that waits for the journal, in one buffer the released items share (one
-        // allocation a batch, where copying each reply out cost one a mutation).
-        var durableReplies: [UInt8] = []
+        var held = HeldTurn()
         // Entries and reply bytes are read in place: copying an entry out retained its
         // connection and its three strings, and a slice of a buffer retained the buffer, each
         // released again, for every request (~10% of a get's instructions were such counting).
@@ -409,55 +405,73 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
                 }
                 turn.out.withUnsafeBytes { out in
                     turn.staged.withUnsafeBytes { staged in
-                        var ran = 0
-                        var start = 0
-                        delivering: while index < entries.count {
-                            let entry = entries.baseAddress.unsafelyUnwrapped + index
-                            let served: Dispatcher.Served
-                            let reply: UnsafeRawBufferPointer
-                            switch entry.pointee.kind {
-                            case .answered(let answered, let range):
-                                served = answered
-                                reply = UnsafeRawBufferPointer(rebasing: staged[range])
-                            case .call:
-                                guard ran < turn.outcomes.count else { break delivering }
-                                let end = turn.outcomes[ran].end
-                                served = turn.outcomes[ran].served
-                                reply = UnsafeRawBufferPointer(rebasing: out[start..<end])
-                                start = end
-                                ran += 1
-                                nextCall += 1
-                            }
-                            index += 1
-                            stats.count(served.known ? entry.pointee.method : LoopState.unknownMethod, failed: served.failed)
-                            switch served.disposition {
-                            case .reply:
-                                send(reply, id: entry.pointee.id, form: entry.pointee.form, on: entry.pointee.connection)
-                                entry.pointee.connection.flushIfLarge()
-                            case .replyAfter(let ticket, let id):
-                                let start = durableReplies.count
-                                durableReplies.append(contentsOf: reply)
-                                waiting.append(
-                                    HeldReply(
-                                        connection: entry.pointee.connection, slot: entry.pointee.connection.reserve(),
-                                        reply: start..<durableReplies.count, id: id, form: entry.pointee.form))
-                                durable = max(durable, ticket)
-                            case .none, .replyLater:
-                                break  // not from a staged request
-                            }
-                        }
+                        deliver(entries, from: &index, calls: &nextCall, turn: turn, out: out, staged: staged, stats: stats, held: &held)
                     }
                 }
             }
         }
-        if !waiting.isEmpty {
+        if !held.items.isEmpty {
             // These replies wait for the journal: requests that arrive meanwhile are better read
             // in one turn (more mutations per fsync) than one by one as they come.
             stats.loop.lingerDeclined = true
             // Tickets grow with the journal: the batch's last is durable only after every earlier one.
-            release(waiting, in: durableReplies, after: durable, to: stats.released)
+            release(held.items, in: held.replies, after: held.ticket, to: stats.released)
         }
         turn.reset { $0.endDeferredReplies() }
+    }
+
+    /// A turn's replies that wait for the journal: in one buffer the items share (one allocation
+    /// a batch, where copying each reply out cost one a mutation), and the last ticket among them.
+    private struct HeldTurn {
+        var replies: [UInt8] = []
+        var items: [HeldReply] = []
+        var ticket: UInt64 = 0
+    }
+
+    /// Sends (or holds, for the journal) the replies of `entries` from `index` on, in order, until
+    /// a staged call's reply is not among the `outcomes` of the last run; advances `index`, and
+    /// `calls` by the calls delivered. `out` and `staged`: the turn's reply bytes, read in place.
+    private func deliver(
+        _ entries: UnsafeBufferPointer<TurnBatch.Entry>, from index: inout Int, calls: inout Int, turn: TurnBatch,
+        out: UnsafeRawBufferPointer, staged: UnsafeRawBufferPointer, stats: LoopState, held: inout HeldTurn
+    ) {
+        var ran = 0
+        var start = 0
+        while index < entries.count {
+            let entry = entries.baseAddress.unsafelyUnwrapped + index
+            let served: Dispatcher.Served
+            let reply: UnsafeRawBufferPointer
+            switch entry.pointee.kind {
+            case .answered(let answered, let range):
+                served = answered
+                reply = UnsafeRawBufferPointer(rebasing: staged[range])
+            case .call:
+                guard ran < turn.outcomes.count else { return }
+                let end = turn.outcomes[ran].end
+                served = turn.outcomes[ran].served
+                reply = UnsafeRawBufferPointer(rebasing: out[start..<end])
+                start = end
+                ran += 1
+                calls += 1
+            }
+            index += 1
+            stats.count(served.known ? entry.pointee.method : LoopState.unknownMethod, failed: served.failed)
+            switch served.disposition {
+            case .reply:
+                send(reply, id: entry.pointee.id, form: entry.pointee.form, on: entry.pointee.connection)
+                entry.pointee.connection.flushIfLarge()
+            case .replyAfter(let ticket, let id):
+                let replyStart = held.replies.count
+                held.replies.append(contentsOf: reply)
+                held.items.append(
+                    HeldReply(
+                        connection: entry.pointee.connection, slot: entry.pointee.connection.reserve(),
+                        reply: replyStart..<held.replies.count, id: id, form: entry.pointee.form))
+                held.ticket = max(held.ticket, ticket)
+            case .none, .replyLater:
+                break  // not from a staged request
+            }
+        }
     }
 
     /// Fills each reply's slot once `ticket` is durable, or, if it never can be, with an error

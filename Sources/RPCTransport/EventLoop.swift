@@ -18,7 +18,7 @@ import Darwin
 /// buffer per loop, not per connection, keeps idle connections small.
 public final class EventLoop: @unchecked Sendable {
     // @unchecked: every `var` is touched only on `queue`, which is serial (preconditionOnLoop);
-    // those read or written per turn, read or event skip the run-time exclusivity check for the
+    // those touched on every turn, read or event skip the run-time exclusivity check for the
     // same reason (~75 instructions an access).
     public let queue: DispatchQueue
     /// Its place in its group (0 for a loop on its own).
