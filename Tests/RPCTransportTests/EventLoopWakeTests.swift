@@ -102,3 +102,42 @@ extension ConnectionTests {
         #expect(wake < 12, "the wake ran after every ready connection: \(events)")
     }
 }
+
+extension ConnectionTests {
+    /// Counts the lines it receives.
+    final class Counting: ConnectionDelegate, @unchecked Sendable {
+        // @unchecked: `lines` is touched only on the loop's queue, and read after `queue.sync`.
+        var lines = 0
+        func connection(_ connection: Connection, didReceive line: UnsafeRawBufferPointer) { lines += 1 }
+        func connection(_ connection: Connection, didReceiveOversizeLine length: Int) {}
+        func connectionDidClose(_ connection: Connection, reason: Connection.CloseReason) {}
+    }
+
+    @Test("a busy poll spaces its epoll_wait calls: at most one per 2 µs of polling, not one after another")
+    func busyPollSpacesItsSystemCalls() throws {
+        let loop = try EventLoop(label: "test")
+        loop.lingers = true
+        loop.busyPollNanoseconds = 1_000_000  // each linger polls up to 1 ms: every turn waits most of it
+        let counting = Counting()
+        let (server, peer) = try pair()
+        let connection = Connection(fd: server, id: 1, peer: nil, loop: loop, limits: .init(), delegate: counting)
+        defer {
+            close(peer)
+            loop.queue.sync { connection.close(.finished) }
+        }
+        connection.start()
+        loop.queue.sync {}
+        // One line every 3 ms: each turn serves it, then polls for the next until its 1 ms is up.
+        for _ in 0..<40 {
+            write(peer, "x\n")
+            usleep(3_000)
+        }
+        try #require(within5s { loop.queue.sync { counting.lines } == 40 }, "40 lines not read within 5 s")
+        let (polls, polled) = loop.queue.sync { (loop.emptyPolls, loop.polledNanoseconds) }
+        // Back to back, an empty epoll_wait takes well under 2 µs: ~1,000 polls a ms, not ~500.
+        try #require(polled > 5_000_000, "the loop polled for only \(polled) ns; expected ~1 ms after most of 40 lines")
+        let most = Int(polled / EventLoop.pollSpacingNanoseconds) + 40
+        #expect(polls <= most, "\(polls) empty polls in \(polled) ns of polling: more than one per \(EventLoop.pollSpacingNanoseconds) ns")
+        #expect(polls > 40, "\(polls) empty polls in \(polled) ns of polling")
+    }
+}

@@ -13,4 +13,14 @@ static inline int crpc_wake_flag_raised(const int *flag) { return __atomic_load_
 // Lowers the flag; 1 if it was raised (the caller runs what the wake asked for).
 static inline int crpc_wake_flag_take(int *flag) { return __atomic_exchange_n(flag, 0, __ATOMIC_ACQ_REL); }
 
+// Tells the CPU this thread is spinning (a loop's busy poll between two epoll_wait calls): the
+// sibling hyperthread gets the core's resources, and the spin draws less power.
+static inline void crpc_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 #endif
