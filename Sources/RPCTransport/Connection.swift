@@ -202,7 +202,7 @@ public final class Connection: @unchecked Sendable {
     /// Reads and serves what is queued. Once the peer's FIN is known (`untilEOF`), reads on to EOF;
     /// otherwise a short read means the queue is empty (level-triggered: a turn comes back for more).
     private func read(untilEOF: Bool) {
-        loop.preconditionOnLoop()
+        loop.assertOnLoop()
         // A few reads per turn, then yield to the other connections of this loop.
         for _ in 0..<16 where closeReason == nil && !readClosed && !readPaused {
             let result: IOResult<Int>
@@ -310,7 +310,7 @@ public final class Connection: @unchecked Sendable {
     /// Queues a reply after every earlier one. Call on the loop queue; it is sent when the current
     /// batch of lines is done (or now, outside a read event).
     public func send(_ bytes: [UInt8]) {
-        loop.preconditionOnLoop()
+        loop.assertOnLoop()
         guard closeReason == nil else { return }
         if held.isEmpty {
             outbound.append(bytes)
@@ -324,7 +324,7 @@ public final class Connection: @unchecked Sendable {
 
     /// Queues a reply written in place into the outbound buffer (no copy) when nothing is held.
     public func send(_ body: (inout [UInt8]) -> Void) {
-        loop.preconditionOnLoop()
+        loop.assertOnLoop()
         guard closeReason == nil else { return }
         if held.isEmpty {
             outbound.append(body)
@@ -339,7 +339,7 @@ public final class Connection: @unchecked Sendable {
     /// Reserves the next place in the reply order for a reply that is not ready yet (e.g. waiting
     /// for a journal fsync). Replies queued after it wait for it. Fill it with `fill(_:with:)`.
     public func reserve() -> UInt64 {
-        loop.preconditionOnLoop()
+        loop.assertOnLoop()
         let slot = nextSlot
         nextSlot &+= 1
         held.append((slot: slot, bytes: nil))
@@ -356,7 +356,7 @@ public final class Connection: @unchecked Sendable {
     /// first slot held, the usual case, goes straight to the output; a later one is copied until
     /// its turn comes.
     public func fill(_ slot: UInt64, with bytes: ArraySlice<UInt8>, flush flushNow: Bool = true) {
-        loop.preconditionOnLoop()
+        loop.assertOnLoop()
         guard closeReason == nil, let index = held.firstIndex(where: { $0.slot == slot }) else { return }
         var ready = 0
         if index == 0 {
@@ -378,7 +378,7 @@ public final class Connection: @unchecked Sendable {
 
     /// Writes what can be written now; watches for writability for the rest.
     public func flush() {
-        loop.preconditionOnLoop()
+        loop.assertOnLoop()
         guard closeReason == nil else { return }
         let result: OutboundBuffer.FlushResult
         let sentBefore = bytesOut
@@ -416,14 +416,14 @@ public final class Connection: @unchecked Sendable {
     /// turn (the owner gathers a turn's requests and answers them together): a peer that
     /// half-closed is not closed before they are sent. Pair with `endDeferredReplies()`.
     public func beginDeferredReplies() {
-        loop.preconditionOnLoop()
+        loop.assertOnLoop()
         deferrals += 1
     }
 
     /// The deferred replies are sent (or queued): sends what is queued and, once the peer
     /// half-closed and nothing is owed, closes.
     public func endDeferredReplies() {
-        loop.preconditionOnLoop()
+        loop.assertOnLoop()
         deferrals -= 1
         if deferrals == 0 { flush() }
     }
