@@ -259,7 +259,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     }
 
     private func receive(_ line: UnsafeRawBufferPointer, on connection: Connection, box: SessionBox, turn: TurnBatch, stats: LoopState) {
-        box.scratch.removeAll(keepingCapacity: true)
+        box.scratch.removeAllIfAny(keepingCapacity: true)
         if let subscriber = box.subscriber, let seq = Self.acknowledgement(line) {
             // A subscriber's acknowledgement, read without parsing its param (one per record).
             return subscriber.acknowledged(seq)
@@ -398,8 +398,8 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         // released again, for every request (~10% of a get's instructions were such counting).
         turn.entries.withUnsafeBufferPointer { entries in
             while index < entries.count {
-                turn.out.removeAll(keepingCapacity: true)
-                turn.outcomes.removeAll(keepingCapacity: true)
+                turn.out.removeAllIfAny(keepingCapacity: true)
+                turn.outcomes.removeAllIfAny(keepingCapacity: true)
                 if nextCall < turn.calls.count {
                     dispatcher.run(turn.calls[nextCall...], into: &turn.out, outcomes: &turn.outcomes, maxBytes: TurnBatch.maxReplyBytes)
                 }

@@ -65,11 +65,21 @@ final class TurnBatch: @unchecked Sendable {
     /// Empties the batch, calling `done` with each connection told to expect deferred replies.
     func reset(_ done: (Connection) -> Void) {
         for connection in deferring { done(connection) }
-        entries.removeAll(keepingCapacity: entries.capacity <= Self.maxEntries * 2)
-        calls.removeAll(keepingCapacity: calls.capacity <= Self.maxEntries * 2)
-        staged.removeAll(keepingCapacity: staged.capacity <= Self.maxReplyBytes)
-        out.removeAll(keepingCapacity: out.capacity <= 2 * Self.maxReplyBytes)
-        outcomes.removeAll(keepingCapacity: true)
-        deferring.removeAll(keepingCapacity: true)
+        entries.removeAllIfAny(keepingCapacity: entries.capacity <= Self.maxEntries * 2)
+        calls.removeAllIfAny(keepingCapacity: calls.capacity <= Self.maxEntries * 2)
+        staged.removeAllIfAny(keepingCapacity: staged.capacity <= Self.maxReplyBytes)
+        out.removeAllIfAny(keepingCapacity: out.capacity <= 2 * Self.maxReplyBytes)
+        outcomes.removeAllIfAny(keepingCapacity: true)
+        deferring.removeAllIfAny(keepingCapacity: true)
+    }
+}
+
+extension Array {
+    /// `removeAll(keepingCapacity:)`, skipped when there is nothing to remove: the standard
+    /// library's replaces the whole (empty) range all the same, ~90 instructions. A batch of one
+    /// request emptied nine arrays a request that way, four of them empty as a rule.
+    @inline(__always)
+    mutating func removeAllIfAny(keepingCapacity keep: Bool) {
+        if !isEmpty { removeAll(keepingCapacity: keep) }
     }
 }
