@@ -117,7 +117,10 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         self.turns = loops.loops.map { _ in TurnBatch() }
         for state in loopStates { state.startIdleSweep(seconds: idleTimeout, log: log) }
         for (loop, (turn, state)) in zip(loops.loops, zip(turns, loopStates)) {
-            loop.onTurnEnd = { [unowned self] in finish(turn, state) }
+            loop.onTurnEnd = { [unowned self] in
+                finish(turn, state)
+                releaseHeld(turn, state)
+            }
             loop.lingers = true
             // Range-checked by the settings; clamped again so no value can trap here.
             loop.busyPollNanoseconds = busyPoll.isFinite ? Int(min(max(busyPoll, 0), 1) * 1e9) : 0
@@ -392,7 +395,6 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         guard !turn.isEmpty else { return }
         var nextCall = 0
         var index = 0
-        var held = HeldTurn()
         // Entries and reply bytes are read in place: copying an entry out retained its
         // connection and its three strings, and a slice of a buffer retained the buffer, each
         // released again, for every request (~10% of a get's instructions were such counting).
@@ -405,27 +407,33 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
                 }
                 turn.out.withUnsafeBytes { out in
                     turn.staged.withUnsafeBytes { staged in
-                        deliver(entries, from: &index, calls: &nextCall, turn: turn, out: out, staged: staged, stats: stats, held: &held)
+                        deliver(entries, from: &index, calls: &nextCall, turn: turn, out: out, staged: staged, stats: stats, held: &turn.held)
                     }
                 }
             }
         }
-        if !held.items.isEmpty {
+        if !turn.held.items.isEmpty {
             // These replies wait for the journal: requests that arrive meanwhile are better read
             // in one turn (more mutations per fsync) than one by one as they come.
             stats.loop.lingerDeclined = true
-            // Tickets grow with the journal: the batch's last is durable only after every earlier one.
-            release(held.items, in: held.replies, after: held.ticket, to: stats.released)
+            // Released at the end of the turn's pass over the ready connections (`onTurnEnd`), for
+            // all the reads of the pass at once; now if no turn is under way, or past a bound.
+            if !stats.loop.inTurn || turn.held.replies.count >= TurnBatch.maxReplyBytes { releaseHeld(turn, stats) }
         }
         turn.reset { $0.endDeferredReplies() }
     }
 
-    /// A turn's replies that wait for the journal: in one buffer the items share (one allocation
-    /// a batch, where copying each reply out cost one a mutation), and the last ticket among them.
-    private struct HeldTurn {
-        var replies: [UInt8] = []
-        var items: [HeldReply] = []
-        var ticket: UInt64 = 0
+    /// Has the journal release the replies held so far (`TurnBatch.held`) once they are durable.
+    ///
+    /// One waiter for every read of a turn's pass, not one a read: at durable creates 50 × 1 a
+    /// read holds one reply, and each waiter cost its closure, its two arrays, the released
+    /// list's lock and an entry in the wake's batch.
+    private func releaseHeld(_ turn: TurnBatch, _ stats: LoopState) {
+        guard !turn.held.items.isEmpty else { return }
+        let held = turn.held
+        turn.held = HeldTurn()
+        // Tickets grow with the journal: the last is durable only after every earlier one.
+        release(held.items, in: held.replies, after: held.ticket, to: stats.released)
     }
 
     /// Sends (or holds, for the journal) the replies of `entries` from `index` on, in order, until

@@ -44,6 +44,9 @@ final class TurnBatch: @unchecked Sendable {
     @exclusivity(unchecked) var outcomes: [(served: Dispatcher.Served, end: Int)] = []
     /// The connections told to expect deferred replies (`beginDeferredReplies`).
     @exclusivity(unchecked) private var deferring: [Connection] = []
+    /// Replies that wait for the journal, from this batch and the earlier ones of the loop's turn:
+    /// the server releases them together when the turn's pass ends (`Server.releaseHeld`).
+    @exclusivity(unchecked) var held = HeldTurn()
 
     /// The most requests a batch gathers before it is run (the rest of the turn starts another).
     static let maxEntries = 512
@@ -72,6 +75,14 @@ final class TurnBatch: @unchecked Sendable {
         outcomes.removeAllIfAny(keepingCapacity: true)
         deferring.removeAllIfAny(keepingCapacity: true)
     }
+}
+
+/// Replies that wait for the journal: in one buffer the items share (one allocation a batch,
+/// where copying each reply out cost one a mutation), and the last ticket among them.
+struct HeldTurn {
+    var replies: [UInt8] = []
+    var items: [HeldReply] = []
+    var ticket: UInt64 = 0
 }
 
 extension Array {
