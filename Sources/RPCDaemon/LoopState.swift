@@ -175,8 +175,8 @@ struct HeldReply {
 }
 
 /// Replies that an fsync released, on their way to one loop: the journal's writer adds each
-/// turn's (any thread); the loop takes all of them in one turn, fills every slot, then flushes
-/// each connection once. One wake of the loop (`EventLoop.wake`, which reaches a turn lingering in
+/// turn's (any thread); the loop takes all of them in one turn, fills every slot, then sends each
+/// connection's replies in one send. One wake of the loop (`EventLoop.wake`, which reaches a turn lingering in
 /// epoll) and one send per connection per fsync, not one per reply.
 ///
 /// A turn's replies travel as the turn's buffer and its slots, one reference to the buffer: a
@@ -203,7 +203,7 @@ final class ReleasedReplies: @unchecked Sendable {
         if schedule { loop.wake() }
     }
 
-    /// On the loop (its wake handler): fills every released slot, then flushes each connection once.
+    /// On the loop (its wake handler): fills every released slot, then sends each connection's replies at once.
     func deliver() {
         loop.preconditionOnLoop()
         let batch = lock.withLock {
