@@ -316,9 +316,8 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         case .reply:
             box.scratch.withUnsafeBytes { send($0, id: requestID, form: box.session.form ?? .canonical, on: connection) }
         case .replyAfter(let ticket, let id):
-            let waiting = HeldReply(
-                connection: connection, slot: connection.reserve(), reply: box.scratch.indices, id: id, form: box.session.form ?? .canonical)
-            release([waiting], in: box.scratch, after: ticket, to: stats.released)
+            box.scratch.withUnsafeBytes { turn.held.hold($0, for: connection, id: id, form: box.session.form ?? .canonical, after: ticket) }
+            settleHeld(turn, stats)
         case .replyLater(let start):
             let slot = connection.reserve()
             start { line in connection.queue.async { connection.fill(slot, with: line) } }
@@ -412,15 +411,20 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
                 }
             }
         }
-        if !turn.held.items.isEmpty {
-            // These replies wait for the journal: requests that arrive meanwhile are better read
-            // in one turn (more mutations per fsync) than one by one as they come.
-            stats.loop.lingerDeclined = true
-            // Released at the end of the turn's pass over the ready connections (`onTurnEnd`), for
-            // all the reads of the pass at once; now if no turn is under way, or past a bound.
-            if !stats.loop.inTurn || turn.held.replies.count >= TurnBatch.maxReplyBytes { releaseHeld(turn, stats) }
-        }
+        settleHeld(turn, stats)
         turn.reset { $0.endDeferredReplies() }
+    }
+
+    /// After replies were held for the journal: the turn gathers more requests rather than
+    /// lingering, and the held replies are released at the end of its pass over the ready
+    /// connections (`onTurnEnd`), for all the reads of the pass at once; now if no turn is under
+    /// way, or once they pass a bound.
+    private func settleHeld(_ turn: TurnBatch, _ stats: LoopState) {
+        guard !turn.held.items.isEmpty else { return }
+        // Requests that arrive meanwhile are better read in one turn (more mutations per fsync)
+        // than one by one as they come.
+        stats.loop.lingerDeclined = true
+        if !stats.loop.inTurn || turn.held.replies.count >= TurnBatch.maxReplyBytes { releaseHeld(turn, stats) }
     }
 
     /// Has the journal release the replies held so far (`TurnBatch.held`) once they are durable.
@@ -469,13 +473,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
                 send(reply, id: entry.pointee.id, form: entry.pointee.form, on: entry.pointee.connection)
                 entry.pointee.connection.flushIfLarge()
             case .replyAfter(let ticket, let id):
-                let replyStart = held.replies.count
-                held.replies.append(contentsOf: reply)
-                held.items.append(
-                    HeldReply(
-                        connection: entry.pointee.connection, slot: entry.pointee.connection.reserve(),
-                        reply: replyStart..<held.replies.count, id: id, form: entry.pointee.form))
-                held.ticket = max(held.ticket, ticket)
+                held.hold(reply, for: entry.pointee.connection, id: id, form: entry.pointee.form, after: ticket)
             case .none, .replyLater:
                 break  // not from a staged request
             }

@@ -83,6 +83,15 @@ struct HeldTurn {
     var replies: [UInt8] = []
     var items: [HeldReply] = []
     var ticket: UInt64 = 0
+
+    /// Holds `reply` for `connection` (reserving its place in the connection's reply order) until
+    /// `ticket` is durable.
+    mutating func hold(_ reply: UnsafeRawBufferPointer, for connection: Connection, id: String, form: WireForm, after ticket: UInt64) {
+        let start = replies.count
+        replies.append(contentsOf: reply)
+        items.append(HeldReply(connection: connection, slot: connection.reserve(), reply: start..<replies.count, id: id, form: form))
+        self.ticket = max(self.ticket, ticket)
+    }
 }
 
 extension Array {

@@ -29,7 +29,8 @@ extension ConnectionDelegate {
 /// One peer: a non-blocking fd registered with its loop's epoll set, a line framer, and a bounded
 /// outbound buffer whose replies leave in the order they were reserved.
 public final class Connection: @unchecked Sendable {
-    // @unchecked: every `var` below is touched only on `loop.queue` (checked with preconditionOnLoop).
+    // @unchecked: every `var` below is touched only on `loop.queue` (checked with preconditionOnLoop,
+    // or in debug builds only with assertOnLoop on the per-request paths).
     // For the same reason they skip the run-time exclusivity check (`@exclusivity(unchecked)`),
     // which cost a thread-local access-set insertion (~75 instructions) per access, several per
     // read and flush: at one request in flight, per request.
