@@ -95,7 +95,10 @@ public final class EventLoop: @unchecked Sendable {
     /// list comes, and a wake that finds it raised writes nothing.
     private let wakeFlag: UnsafeMutablePointer<Int32>
 
-    public init(label: String, index: Int = 0, readBufferBytes: Int = 64 * 1024) throws(Errno) {
+    /// With `ownThread` (Linux), the loop waits for its set on a thread of its own and runs each
+    /// turn there (`serveOnOwnThread`); otherwise a Dispatch read source on the set starts its
+    /// turns on libdispatch's threads.
+    public init(label: String, index: Int = 0, readBufferBytes: Int = 64 * 1024, ownThread: Bool = false) throws(Errno) {
         queue = DispatchQueue(label: label)
         self.index = index
         selector = try Selector()
@@ -105,6 +108,12 @@ public final class EventLoop: @unchecked Sendable {
         // A cache line of its own: raised from other threads, read by this one on every event.
         wakeFlag = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64).initializeMemory(as: Int32.self, repeating: 0, count: 16)
         now = DispatchTime.now().uptimeNanoseconds
+        #if canImport(Glibc)
+        if ownThread {
+            try serveOnOwnThread(name: label)
+            return
+        }
+        #endif
         let source = DispatchSource.makeReadSource(fileDescriptor: selector.fd, queue: queue)
         source.setEventHandler { [weak self] in self?.turn() }
         source.setCancelHandler { [fd = selector.fd] in Syscall.close(fd) }
@@ -112,11 +121,59 @@ public final class EventLoop: @unchecked Sendable {
         source.resume()
     }
 
+    #if canImport(Glibc)
+    /// Starts the thread that waits for the set to be ready and runs each turn on the loop's
+    /// queue from there (`queue.sync` runs the block on the calling thread).
+    ///
+    /// Woken by its source, a loop costs two wake-ups per idle spell: libdispatch's manager
+    /// thread sees the set ready (`epoll_wait` on its own epoll, `epoll_ctl` to re-arm) and hands
+    /// the source to a worker thread (`futex`), a different one from turn to turn. Here the
+    /// kernel wakes the loop's thread at once, one wake-up, and the turns stay on one thread.
+    /// Durable creates at 50 × 1, which idle the loop several times per fsync, made 0.46 as many
+    /// context switches and no `epoll_ctl`; see `Server.init` for when a loop gets a thread.
+    ///
+    /// The thread holds the loop only while it waits (at most a second) and serves: a loop no
+    /// one else holds is freed at the thread's next wait, and the thread ends.
+    private func serveOnOwnThread(name: String) throws(Errno) {
+        let start = LoopThreadStart { [weak self] in
+            crpc_set_thread_name(name)
+            while let loop = self {
+                guard loop.awaitTurn() else { return }
+            }
+        }
+        var thread = pthread_t()
+        let context = Unmanaged.passRetained(start).toOpaque()
+        let result = pthread_create(&thread, nil, { context in
+            guard let context else { return nil }
+            Unmanaged<LoopThreadStart>.fromOpaque(context).takeRetainedValue().body()
+            return nil
+        }, context)
+        guard result == 0 else {
+            Unmanaged<LoopThreadStart>.fromOpaque(context).release()
+            throw Errno(result, call: "pthread_create")
+        }
+        pthread_detach(thread)
+    }
+
+    /// Waits up to a second for the set to be ready, then runs a turn on the loop's queue.
+    /// False if the set's fd is unusable (the thread ends).
+    private func awaitTurn() -> Bool {
+        var ready = pollfd(fd: selector.fd, events: Int16(POLLIN), revents: 0)
+        let n = poll(&ready, 1, 1_000)
+        if n > 0 {
+            guard ready.revents & Int16(POLLNVAL | POLLERR) == 0 else { return false }
+            queue.sync { turn() }
+        }
+        return true
+    }
+    #endif
+
     /// Runs `handler` on the loop queue, within a turn, after each `wake()` (several wakes may
     /// run it once). Work handed to the loop this way reaches it even while a turn lingers in
     /// epoll, where a `queue.async` block would wait for the turn to end. Set once, before
-    /// connections are added.
+    /// connections are added, and not from the loop's queue.
     public func onWake(_ handler: @escaping @Sendable () -> Void) throws(Errno) {
+        dispatchPrecondition(condition: .notOnQueue(queue))
         var fds: [Int32] = [-1, -1]
         guard pipe(&fds) == 0 else { throw Errno(errno, call: "pipe") }
         for fd in fds {
@@ -130,8 +187,12 @@ public final class EventLoop: @unchecked Sendable {
             Syscall.close(fds[1])
             throw error
         }
-        wakeHandler = handler
-        wakePipe = (fds[0], fds[1])
+        // On the queue: a loop on its own thread may already wait, and takes the pipe's event
+        // in a turn, which the queue orders after this (the pipe itself orders nothing for TSan).
+        queue.sync {
+            wakeHandler = handler
+            wakePipe = (fds[0], fds[1])
+        }
     }
 
     /// Makes the loop run its `onWake` handler soon. Any thread; one write(2), unless a wake
@@ -172,7 +233,8 @@ public final class EventLoop: @unchecked Sendable {
             Syscall.close(wakePipe.write)
         }
         // The source's cancel handler closes the selector's fd: it outlives no event delivery.
-        source?.cancel()
+        // Without a source, the loop's own thread no longer holds the loop, nor waits on the fd.
+        if let source { source.cancel() } else { Syscall.close(selector.fd) }
         readBuffer.deallocate()
         events.deallocate()
         UnsafeMutableRawPointer(wakeFlag).deallocate()
@@ -199,7 +261,8 @@ public final class EventLoop: @unchecked Sendable {
     /// the next event, serving it on this thread.
     /// Under load the next request is microseconds away, and waking this thread from epoll costs
     /// one wake-up where returning to libdispatch costs two (its manager thread sees the epoll fd,
-    /// then hands the source to a worker) and two context switches. The linger is bounded
+    /// then hands the source to a worker) and two context switches (a loop on its own thread pays
+    /// one either way, and still saves the `poll` and the return). The linger is bounded
     /// (`maxLingers` waits, `maxTurnNanoseconds` in all) so work queued on the loop with
     /// `queue.async` (a connection to add, a timer, a stats visit) waits at most ~2 ms; replies
     /// released by an fsync come through `wake()`, which a lingering turn serves at once.
@@ -367,15 +430,23 @@ public final class EventLoop: @unchecked Sendable {
     }
 }
 
+/// What a loop's own thread runs (`pthread_create` takes one pointer).
+private final class LoopThreadStart: Sendable {
+    let body: @Sendable () -> Void
+    init(_ body: @escaping @Sendable () -> Void) { self.body = body }
+}
+
 /// A fixed set of loops handed out round-robin.
 public final class EventLoopGroup: @unchecked Sendable {
     // @unchecked: `next` is only touched by `nextLoop()`, called from the one accept queue.
     public let loops: [EventLoop]
     private var next = 0
 
-    public init(count: Int, label: String = "rpcd.loop") throws(Errno) {
+    public init(count: Int, label: String = "rpcd.loop", ownThreads: Bool = false) throws(Errno) {
         var loops: [EventLoop] = []
-        for index in 0..<max(1, count) { loops.append(try EventLoop(label: "\(label).\(index)", index: index)) }
+        for index in 0..<max(1, count) {
+            loops.append(try EventLoop(label: "\(label).\(index)", index: index, ownThread: ownThreads))
+        }
         self.loops = loops
     }
 

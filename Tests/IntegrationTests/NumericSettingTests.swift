@@ -58,6 +58,20 @@ struct NumericSettingTests {
         }
     }
 
+    @Test("--event-loops 1: the lone loop runs on a thread of its own; with 2, libdispatch's threads run both")
+    func loneLoopHasItsOwnThread() throws {
+        try withDaemon(extraArguments: ["--event-loops", "1"]) { daemon in
+            let c = try LineClient(port: daemon.port)
+            #expect(try c.request(#"{"id":"1","method":"system.ping"}"#).contains("pingResult"))
+            #expect(daemon.threadNames().filter { $0.hasPrefix("rpcd.loop.") } == ["rpcd.loop.0"], "\(daemon.threadNames())")
+        }
+        try withDaemon(extraArguments: ["--event-loops", "2"]) { daemon in
+            let c = try LineClient(port: daemon.port)
+            #expect(try c.request(#"{"id":"1","method":"system.ping"}"#).contains("pingResult"))
+            #expect(daemon.threadNames().filter { $0.hasPrefix("rpcd.loop.") } == [], "\(daemon.threadNames())")
+        }
+    }
+
     @Test("--event-loops 3: three loops serve connections spread over them, one state behind them all")
     func threeEventLoops() throws {
         try withDaemon(extraArguments: ["--event-loops", "3"]) { daemon in

@@ -113,26 +113,36 @@ extension ConnectionTests {
         func connectionDidClose(_ connection: Connection, reason: Connection.CloseReason) {}
     }
 
-    @Test("a busy poll spaces its epoll_wait calls: at most one per 2 µs of polling, not one after another")
-    func busyPollSpacesItsSystemCalls() throws {
-        let loop = try EventLoop(label: "test")
-        loop.lingers = true
-        loop.busyPollNanoseconds = 1_000_000  // each linger polls up to 1 ms: every turn waits most of it
-        let counting = Counting()
+    /// Starts a connection on `loop` with `delegate`, writes `count` lines to it `gap` µs apart,
+    /// runs `then` (which checks what the delegate saw) and closes the connection.
+    func writeLines(
+        _ count: Int, everyMicroseconds gap: UInt32, to loop: EventLoop, _ delegate: some ConnectionDelegate, then: () throws -> Void
+    ) throws {
         let (server, peer) = try pair()
-        let connection = Connection(fd: server, id: 1, peer: nil, loop: loop, limits: .init(), delegate: counting)
+        let connection = Connection(fd: server, id: 1, peer: nil, loop: loop, limits: .init(), delegate: delegate)
         defer {
             close(peer)
             loop.queue.sync { connection.close(.finished) }
         }
         connection.start()
         loop.queue.sync {}
-        // One line every 3 ms: each turn serves it, then polls for the next until its 1 ms is up.
-        for _ in 0..<40 {
+        for _ in 0..<count {
             write(peer, "x\n")
-            usleep(3_000)
+            usleep(gap)
         }
-        try #require(within5s { loop.queue.sync { counting.lines } == 40 }, "40 lines not read within 5 s")
+        try then()
+    }
+
+    @Test("a busy poll spaces its epoll_wait calls: at most one per 2 µs of polling, not one after another")
+    func busyPollSpacesItsSystemCalls() throws {
+        let loop = try EventLoop(label: "test")
+        loop.lingers = true
+        loop.busyPollNanoseconds = 1_000_000  // each linger polls up to 1 ms: every turn waits most of it
+        let counting = Counting()
+        // One line every 3 ms: each turn serves it, then polls for the next until its 1 ms is up.
+        try writeLines(40, everyMicroseconds: 3_000, to: loop, counting) {
+            try #require(within5s { loop.queue.sync { counting.lines } == 40 }, "40 lines not read within 5 s")
+        }
         let (polls, polled) = loop.queue.sync { (loop.emptyPolls, loop.polledNanoseconds) }
         // Back to back, an empty epoll_wait takes well under 2 µs: ~1,000 polls a ms, not ~500.
         // Spaced, a linger polls at most once per 2 µs and once more at its end; a turn lingers

@@ -177,6 +177,14 @@ final class DaemonProcess {
         return nil
     }
 
+    /// The names of the daemon's threads (/proc/PID/task/*/comm).
+    func threadNames() -> [String] {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+        return tasks.compactMap { task in
+            (try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/comm", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+    }
+
     /// Number of open file descriptors (entries of /proc/PID/fd).
     func openFDCount() -> Int? {
         (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd"))?.count
