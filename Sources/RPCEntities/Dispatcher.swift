@@ -129,7 +129,10 @@ public final class Dispatcher: @unchecked Sendable {
     public struct Call: @unchecked Sendable {
         // @unchecked: `prepared` is a closure over the decoded param, run once under the state lock.
         let id: String
-        let result: RPCMethod
+        /// The method the reply calls, unretained: its table entry holds it for the dispatcher's
+        /// life, and a call runs only on the dispatcher that staged it (retaining it, or the
+        /// method's two strings, cost a retain and a release a request).
+        let result: Unmanaged<MethodHead>
         let form: WireForm
         let prepared: MethodTable<Entities>.Prepared
         let isMutation: Bool
@@ -250,7 +253,7 @@ public final class Dispatcher: @unchecked Sendable {
         }
         guard let prepared else { preconditionFailure("a call is prepared or answered") }
         calls.append(Call(
-            id: request.id, result: entry.result, form: form, prepared: prepared, isMutation: entry.isMutation, body: body,
+            id: request.id, result: Unmanaged.passUnretained(entry.resultHead), form: form, prepared: prepared, isMutation: entry.isMutation, body: body,
             keyed: keyed))
         return .call
     }
@@ -313,10 +316,12 @@ public final class Dispatcher: @unchecked Sendable {
                 if logTakes == nil, call.pointee.isMutation, let log {
                     logTakes = log.refusal(records: calls.count - index) == nil
                 }
-                let error = RequestCodec.encode(id: call.pointee.id, method: call.pointee.result, form: call.pointee.form, into: &out) { out in
-                    let (error, applied) = apply(call, state: &state, readOnly: readOnly, logTakes: logTakes == true, now: now, into: &out)
-                    ticket = applied
-                    return error
+                let error = call.pointee.result._withUnsafeGuaranteedRef { head in
+                    RequestCodec.encode(id: call.pointee.id, head: head, form: call.pointee.form, into: &out) { out in
+                        let (error, applied) = apply(call, state: &state, readOnly: readOnly, logTakes: logTakes == true, now: now, into: &out)
+                        ticket = applied
+                        return error
+                    }
                 }
                 if ticket != nil { logged = true }
                 let disposition: Disposition = ticket.map { .replyAfter(ticket: $0, id: call.pointee.id) } ?? .reply

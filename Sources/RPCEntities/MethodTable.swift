@@ -63,6 +63,8 @@ public struct MethodTable<State>: Sendable {
         public let method: RPCMethod
         /// The paired method a success is sent to (`user.getUserResult`), built once.
         public let result: RPCMethod
+        /// `result`'s canonical head, written once for every reply.
+        package let resultHead: MethodHead
         public let fields: [RPCField]
         public let isMutation: Bool
         /// What a caller needs: the role check reads it here, and so does `system.describe`.
@@ -92,6 +94,7 @@ public struct MethodTable<State>: Sendable {
             self.preparePlainSilent = preparePlainSilent
             self.method = method
             self.result = result
+            self.resultHead = MethodHead(result)
             self.fields = fields
             self.isMutation = isMutation
             self.access = access

@@ -26,6 +26,10 @@ package struct GatheredBytes: ~Copyable {
         count += 1
     }
 
+    /// Bytes written as they are (already JSON text).
+    @inline(__always)
+    package mutating func raw(_ piece: UnsafeRawBufferPointer) { bytes(piece) }
+
     /// `s` as the body of a JSON string, when it needs no escape (else the gathering fails).
     @inline(__always)
     package mutating func plain(_ s: String) {

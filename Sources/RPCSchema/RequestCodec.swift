@@ -270,6 +270,34 @@ public enum RequestCodec {
         return nil
     }
 
+    /// `encode(id:method:form:into:param:)` for a method whose canonical head is written once
+    /// (`MethodHead`): the canonical line copies it after the id, where writing the method's
+    /// two names checked each for escapes (~300 instructions a reply).
+    @discardableResult
+    package static func encode(
+        id: String, head: MethodHead, form: WireForm, into out: inout [UInt8], param writeParam: (inout [UInt8]) -> RPCError?
+    ) -> RPCError? {
+        guard form == .canonical else { return encode(id: id, method: head.method, form: form, into: &out, param: writeParam) }
+        let mark = out.count
+        let gathered = JSONWriter.gathered(into: &out) { line in
+            line.literal(#"{"id":""#)
+            line.plain(id)
+            line.raw(head.canonical)
+        }
+        if !gathered {
+            JSONWriter.appendASCII(#"{"id":""#, into: &out)
+            JSONWriter.appendEscaped(id, into: &out)
+            out.append(contentsOf: head.canonical)
+        }
+        if let error = writeParam(&out) {
+            out.removeSubrange(mark...)
+            encodeError(id: id, error, form: form, into: &out)
+            return error
+        }
+        JSONWriter.appendASCII("}\n", into: &out)
+        return nil
+    }
+
     /// `{"id":"…","method":…` and, with `param`, `,"param":` (no closing brace). The quotes and
     /// commas ride in the literals around each string: one append per piece (each costs about as
     /// much for one byte as for twenty, and every reply line begins here).
@@ -321,4 +349,27 @@ public enum RequestCodec {
         ]))
         encode(id: id, method: .error, param: param, form: form, into: &out)
     }
+}
+
+/// What a canonical line calling `method` holds between its id and its param,
+/// `","method":"entity.name","param":`, written once (a method table's result methods).
+/// Its bytes live as long as it does.
+package final class MethodHead: @unchecked Sendable {
+    // @unchecked: `canonical` is written once, in `init`, and only read after.
+    package let method: RPCMethod
+    package let canonical: UnsafeRawBufferPointer
+
+    package init(_ method: RPCMethod) {
+        self.method = method
+        var bytes = Array(#"","method":""#.utf8)
+        JSONWriter.appendEscaped(method.entity, into: &bytes)
+        bytes.append(UInt8(ascii: "."))
+        JSONWriter.appendEscaped(method.name, into: &bytes)
+        bytes += #"","param":"#.utf8
+        let storage = UnsafeMutableRawBufferPointer.allocate(byteCount: bytes.count, alignment: 1)
+        bytes.withUnsafeBytes { storage.copyMemory(from: $0) }
+        canonical = UnsafeRawBufferPointer(storage)
+    }
+
+    deinit { canonical.deallocate() }
 }

@@ -91,6 +91,20 @@ private final class Harness {
         #expect(later == #"{"id":"2","method":{"user":{"_0":"listUsersResult"}},"param":{"user":{"listUsersResult":{"users":[]}}}}"#)
     }
 
+    /// A reply's method is copied from the bytes its table entry wrote once; the id around it is
+    /// escaped as ever, on the short path (on the stack) and the long one (over 256 bytes).
+    @Test func repliesEscapeTheIdAroundTheirMethodsWrittenBytes() throws {
+        let h = Harness()
+        _ = h.send(#"{"id":"0","method":"user.createUser","param":{"id":"u1","name":"Ada","email":"a@x"}}"#)
+        let long = String(repeating: "i", count: 300)
+        for id in [#"q\"uote"#, #"back\\slash"#, #"tab\t"#, "äöü", long, long + #"\""#] {
+            let reply = try #require(h.send(#"{"id":""# + id + #"","method":"user.getUser","param":{"userId":"u1"}}"#))
+            #expect(reply == #"{"id":""# + id + #"","method":"user.getUserResult","param":{"id":"u1","name":"Ada","email":"a@x"}}"#)
+            let error = try #require(h.send(#"{"id":""# + id + #"","method":"user.getUser","param":{"userId":"nobody"}}"#))
+            #expect(error.hasPrefix(#"{"id":""# + id + #"","method":"error.error","param":"#))
+        }
+    }
+
     /// A line whose param is an object of plain strings is decoded from its bytes (no `JSONValue`);
     /// every line gets the reply, and leaves the state, that the parsed request gets.
     @Test func plainParamsAnswerAsParsedOnes() throws {
