@@ -394,8 +394,10 @@ public final class Connection: @unchecked Sendable {
             close(.error(reset ? "peer closed before reading its replies" : "\(error)"))
             return
         }
-        // Outside a turn (a reply released by an fsync) the loop's clock is stale: read the time.
-        if bytesOut != sentBefore { lastActivityAt = DispatchTime.now().uptimeNanoseconds }
+        // In a turn the loop's clock is the turn's (read once a poll); outside one (a reply
+        // released by an fsync) it is stale: read the time. (A read of the clock a reply was
+        // ~65 instructions and a vDSO call.)
+        if bytesOut != sentBefore { lastActivityAt = loop.inTurn ? loop.now : DispatchTime.now().uptimeNanoseconds }
         updateInterest()
         if result == .flushed { closeIfFinished() }
     }
