@@ -1,9 +1,10 @@
 import Foundation
 
-/// `--compare`: after the rpcd row, the same load (threads, connections, depth, warmup, duration)
-/// against each reference in turn, one server at a time; prints each row, then all rows side by side
-/// and `RATIO rpcd/<reference>` per reference. Returns the references' rows.
-func runComparisons(after rpcd: Measurement, fsync: String?, options: Options) throws -> [Measurement] {
+/// `--compare`: the same load (threads, connections, depth, warmup, duration) against each
+/// reference in turn, one server at a time, printing each row. Returns the references' rows;
+/// the caller runs the rpcd row before or after them (`--rounds` alternates) and prints the rows
+/// side by side (`printComparison`).
+func measureReferences(fsync: String?, options: Options) throws -> [Measurement] {
     // Durable rows: Redis fsyncs its AOF before every reply where rpcd's creates wait for their fsync.
     // Without --fsync rpcd runs its default, `always` (a spawned daemon; one reached with --connect
     // is taken to run it too): creates compared with a Redis that persists nothing ran 0.66-0.73.
@@ -17,8 +18,33 @@ func runComparisons(after rpcd: Measurement, fsync: String?, options: Options) t
         }
     }
     print("")
-    printComparison([rpcd] + rows, fsync: fsync, options: options)
     return rows
+}
+
+/// The per-round ratios of `--compare` with `--rounds`, by reference, and each side's rates.
+struct RoundRatios {
+    private(set) var rpcd: [Int] = []
+    private(set) var references: [(target: String, rps: [Int])] = []
+
+    mutating func add(_ rows: [Measurement]) {
+        guard let first = rows.first else { return }
+        rpcd.append(first.rps)
+        for (index, row) in rows.dropFirst().enumerated() {
+            if index == references.count { references.append((row.target, [])) }
+            references[index].rps.append(row.rps)
+        }
+    }
+
+    /// `RATIO rpcd/<reference> = M (median of N rounds: …; requests/s …)`, one line per reference.
+    func printMedians() {
+        for reference in references {
+            let ratios = zip(rpcd, reference.rps).map { $1 > 0 ? Double($0) / Double($1) : 0 }
+            let each = ratios.map { String(format: "%.2f", $0) }.joined(separator: " ")
+            print(
+                "RATIO rpcd/\(reference.target) = \(String(format: "%.2f", median(ratios))) (median of \(ratios.count) rounds: \(each); "
+                    + "requests/s \(Int(median(rpcd.map(Double.init)))) / \(Int(median(reference.rps.map(Double.init)))))")
+        }
+    }
 }
 
 /// Redis on the load: `SET key{n} value` for every request, `+OK` the only good reply.

@@ -11,6 +11,8 @@ signal(SIGPIPE, SIG_IGN)
 Cleanup.install()
 
 let options: Options
+/// Each round's rows of `--compare`, for the medians printed after the last round.
+nonisolated(unsafe) var compareRounds = RoundRatios()
 do {
     options = try Options.parse(Array(CommandLine.arguments.dropFirst()))
 } catch {
@@ -173,10 +175,16 @@ func run() throws -> Never {
             if !first { print("") }
             first = false
             let variant = variants[index]
-            let (rate, failed) = try runLoad(fsync: variant.policy, keyed: variant.keyed, followers: variant.followers)
+            // With --compare, every other round runs the references first (ABBA across rounds).
+            let (rate, failed) = try runLoad(
+                fsync: variant.policy, keyed: variant.keyed, followers: variant.followers, referencesFirst: round % 2 == 1)
             rps[index].append(rate)
             errors += failed
         }
+    }
+    if options.rounds > 1 && !options.compare.isEmpty && variants.count == 1 {
+        print("")
+        compareRounds.printMedians()
     }
     if variants.count > 1 {
         print("")
@@ -213,12 +221,22 @@ do {
 
 /// One load run against rpcd (`--connect`, or a daemon spawned with `fsync`), then the `--compare`
 /// rows: prints each row's table and RESULT line; returns rpcd's rate and the errors of every row.
-func runLoad(fsync: String?, keyed: Bool = false, followers: Int? = nil) throws -> (rps: Int, errors: Int) {
+/// `referencesFirst`: the `--compare` rows run before the rpcd row (every other round, so that a
+/// machine that drifts within a round weighs on both sides alike).
+func runLoad(fsync: String?, keyed: Bool = false, followers: Int? = nil, referencesFirst: Bool = false) throws -> (rps: Int, errors: Int) {
+    guard !options.compare.isEmpty else {
+        let rpcd = try measureRPCD(fsync: fsync, keyed: keyed, followers: followers)
+        return (rpcd.rps, rpcd.errors)
+    }
+    var references: [Measurement] = []
+    if referencesFirst { references = try measureReferences(fsync: fsync, options: options) }
     let rpcd = try measureRPCD(fsync: fsync, keyed: keyed, followers: followers)
-    guard !options.compare.isEmpty else { return (rpcd.rps, rpcd.errors) }
-    let references = try runComparisons(after: rpcd, fsync: fsync, options: options)
+    if !referencesFirst { references = try measureReferences(fsync: fsync, options: options) }
+    printComparison([rpcd] + references, fsync: fsync, options: options)
+    compareRounds.add([rpcd] + references)
     return (rpcd.rps, references.reduce(rpcd.errors) { $0 + $1.errors })
 }
+
 
 /// The rpcd row: spawns the daemon (and `followers` following it; removed again before returning)
 /// or reaches `--connect`, creates the users a get or mixed load reads, runs the load, prints the

@@ -46,6 +46,24 @@ import Glibc
         try compare("floor", ["--workload", "get"])
     }
 
+    @Test("rpcbench --compare floor --rounds 2: the second round runs the floor first, then the median of both rounds")
+    func compareRoundsAlternate() throws {
+        let temp = try BenchTemp()
+        defer { temp.remove() }
+        let outcome = try temp.runBench(
+            ["--spawn", try Binaries.rpcd().path, "--compare", "floor", "--rounds", "2", "--duration", "0.5", "--warmup", "0.1",
+             "--conns", "2", "--depth", "2", "--users", "20"],
+            timeout: 60)
+        #expect(outcome.status == 0, "rpcbench failed: \(outcome.stdout)\(outcome.stderr)")
+        let lines = outcome.stdout.split(separator: "\n")
+        // Row order: rpcd, floor; then floor, rpcd.
+        let rows = lines.filter { $0.hasPrefix("RESULT ") }.map { $0.hasPrefix("RESULT target=floor ") ? "floor" : "rpcd" }
+        #expect(rows == ["rpcd", "floor", "floor", "rpcd"], "\(outcome.stdout)")
+        let ratios = lines.filter { $0.hasPrefix("RATIO rpcd/floor = ") }
+        #expect(ratios.count == 3, "\(outcome.stdout)")
+        #expect(ratios.last?.contains("(median of 2 rounds: ") == true, "\(outcome.stdout)")
+    }
+
     /// Runs rpcd then `reference` on the same 1 s load; checks both RESULT rows, the RATIO line, and
     /// that nothing (rpcd's data directory, Redis's) is left in the temporary directory.
     private func compare(_ reference: String, _ workload: [String]) throws {
