@@ -233,7 +233,10 @@ public final class Connection: @unchecked Sendable {
             if n < loop.readBuffer.count && !untilEOF { break }
         }
         delegate?.connectionDidReadLines(self)
-        flush()
+        // A flush with nothing to send, no write interest to drop and the peer still sending
+        // would change nothing (pausing and EOF update the interest themselves): skipped, as it
+        // is after nearly every read, whose replies the owner flushed already (~150 instructions).
+        if !outbound.isEmpty || interest.contains(.write) || readClosed { flush() }
     }
 
     /// Tells the loop how much unfinished input this peer holds now (the daemon-wide budget).
