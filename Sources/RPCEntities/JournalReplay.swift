@@ -97,17 +97,23 @@ public struct JournalReplay {
     /// line, and spaces written ahead of the end, are reported in `tornBytes` for the caller to
     /// drop; other bytes after the last newline fail as damage.
     public mutating func replayJournal(_ bytes: UnsafeRawBufferPointer) -> Result<FileOutcome, Failure> {
+        replayJournal(bytes, chunkBytes: Self.aheadChunkBytes)
+    }
+
+    /// `replayJournal`, its lines parsed ahead in chunks of `chunkBytes` (`forEachLine(_:parsedBy:chunkBytes:_:)`).
+    mutating func replayJournal(_ bytes: UnsafeRawBufferPointer, chunkBytes: Int) -> Result<FileOutcome, Failure> {
         state.deferOrder()
         defer { state.restoreOrder() }
         var outcome = FileOutcome()
         var seals = SealRule()
         var previous: UInt64?
-        let scan = Self.forEachLine(bytes) { line, number, offset -> Failure? in
+        let parser = LineParser(table: table, snapshot: false)
+        let scan = Self.forEachLine(bytes, parsedBy: parser, chunkBytes: chunkBytes) { line, number, offset, parsed -> Failure? in
             func failure(_ kind: Failure.Kind, _ reason: String) -> Failure {
                 Failure(line: number, offset: offset, reason: reason, kind: kind)
             }
             let (fields, plain): (JournalRecord.Fields, PlainObject?)
-            switch JournalRecord.replayFields(line) {
+            switch parsed.record ?? JournalRecord.replayFields(line) {
             case .failure(let error): return failure(.damaged, Self.damage(error, line: line, file: bytes))
             case .success(let decoded): (fields, plain) = decoded
             }
@@ -128,7 +134,7 @@ public struct JournalReplay {
                 if firstRecord { return failure(.missingSnapshot, missingBefore(seq)) }
                 return failure(.sequence, "sequence number \(seq) follows \(lastSeq), the last record before this file: \(Self.missing(lastSeq &+ 1, seq &- 1))")
             }
-            if let reason = apply(fields, plain: plain, seq: seq) { return failure(.inconsistent, reason) }
+            if let reason = apply(parsed, fields: fields, plain: plain, seq: seq) { return failure(.inconsistent, reason) }
             lastSeq = seq
             outcome.applied += 1
             return nil
@@ -154,6 +160,11 @@ public struct JournalReplay {
     /// request lines. Sets `lastSeq` to S. A snapshot is written whole (temp file, fsync, rename),
     /// so any missing record or trailing bytes make it damaged.
     public mutating func replaySnapshot(_ bytes: UnsafeRawBufferPointer) -> Result<FileOutcome, Failure> {
+        replaySnapshot(bytes, chunkBytes: Self.aheadChunkBytes)
+    }
+
+    /// `replaySnapshot`, its lines parsed ahead in chunks of `chunkBytes` (`forEachLine(_:parsedBy:chunkBytes:_:)`).
+    mutating func replaySnapshot(_ bytes: UnsafeRawBufferPointer, chunkBytes: Int) -> Result<FileOutcome, Failure> {
         state.deferOrder()
         defer { state.restoreOrder() }
         let counts = JournalSnapshot.recordCounts(bytes)
@@ -162,7 +173,8 @@ public struct JournalReplay {
         var header: (seq: UInt64, records: Int)?
         var outcome = FileOutcome()
         var seals = SealRule()
-        let scan = Self.forEachLine(bytes) { line, number, offset -> Failure? in
+        let parser = LineParser(table: table, snapshot: true)
+        let scan = Self.forEachLine(bytes, parsedBy: parser, chunkBytes: chunkBytes) { line, number, offset, parsed -> Failure? in
             func damaged(_ reason: String) -> Failure { Failure(line: number, offset: offset, reason: reason, kind: .damaged) }
             guard header != nil else {
                 switch JournalSnapshot.parseHeader(line) {
@@ -181,12 +193,12 @@ public struct JournalReplay {
                 }
             }
             let (fields, plain): (JournalRecord.Fields, PlainObject?)
-            switch JournalRecord.replayFields(line) {
+            switch parsed.record ?? JournalRecord.replayFields(line) {
             case .failure(let error): return damaged(Self.damage(error, line: line, file: bytes))
             case .success(let decoded): (fields, plain) = decoded
             }
             if let reason = seals.check(sealed: fields.sealed, line: number, outcome: &outcome) { return damaged(reason) }
-            if let reason = apply(fields, plain: plain, seq: 0) {
+            if let reason = apply(parsed, fields: fields, plain: plain, seq: 0) {
                 return Failure(line: number, offset: offset, reason: reason, kind: .inconsistent)
             }
             outcome.applied += 1
@@ -308,6 +320,15 @@ public struct JournalReplay {
         scratch.removeAll(keepingCapacity: true)
         if let error = call(&state, &scratch) { return "\(cached.method) does not apply: \(error.errorMessage)" }
         state.keys.remember(ExactID(key), .init(digest: digest, reply: scratch, seq: seq), now: Self.now())
+        applied += 1
+        return nil
+    }
+
+    /// Applies a record parsed ahead: its prepared call, or, without one, the way `apply(_:plain:seq:)`
+    /// goes. The reason it failed, or nil.
+    mutating func apply(_ parsed: ParsedLine, fields: JournalRecord.Fields, plain: PlainObject?, seq: UInt64) -> String? {
+        guard let (entry, call) = parsed.prepared else { return apply(fields, plain: plain, seq: seq) }
+        if let error = call(&state) { return "\(entry.method) does not apply: \(error.errorMessage)" }
         applied += 1
         return nil
     }
