@@ -98,6 +98,7 @@ extension Array {
     /// `removeAll(keepingCapacity:)`, skipped when there is nothing to remove: the standard
     /// library's replaces the whole (empty) range all the same, ~90 instructions. A batch of one
     /// request emptied nine arrays a request that way, four of them empty as a rule.
+    ///
     /// A few elements are taken off the end one at a time: `removeLast` is specialized for the
     /// element and moves it out in place, where `removeAll` goes through the generic
     /// `replaceSubrange`, ~200–500 instructions for a one-request batch's arrays of calls,

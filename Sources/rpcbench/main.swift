@@ -11,8 +11,6 @@ signal(SIGPIPE, SIG_IGN)
 Cleanup.install()
 
 let options: Options
-/// Each round's rows of `--compare`, for the medians printed after the last round.
-nonisolated(unsafe) var compareRounds = RoundRatios()
 do {
     options = try Options.parse(Array(CommandLine.arguments.dropFirst()))
 } catch {
@@ -167,6 +165,8 @@ func run() throws -> Never {
     // `--rounds N` runs the set N times, every other round in reverse order, so a machine that
     // drifts (another tenant, a warming cache) weighs on every variant alike.
     var rps = [[Int]](repeating: [], count: variants.count)
+    // Each round's rows of `--compare`, for the medians printed after the last round.
+    var compareRounds = RoundRatios()
     var errors = 0
     var first = true
     for round in 0..<options.rounds {
@@ -176,8 +176,9 @@ func run() throws -> Never {
             first = false
             let variant = variants[index]
             // With --compare, every other round runs the references first (ABBA across rounds).
-            let (rate, failed) = try runLoad(
+            let (rate, failed, rows) = try runLoad(
                 fsync: variant.policy, keyed: variant.keyed, followers: variant.followers, referencesFirst: round % 2 == 1)
+            compareRounds.add(rows)
             rps[index].append(rate)
             errors += failed
         }
@@ -219,22 +220,24 @@ do {
     fail("\(error)")
 }
 
-/// One load run against rpcd (`--connect`, or a daemon spawned with `fsync`), then the `--compare`
-/// rows: prints each row's table and RESULT line; returns rpcd's rate and the errors of every row.
+/// One load run against rpcd (`--connect`, or a daemon spawned with `fsync`), and the `--compare`
+/// rows: prints each row's table and RESULT line; returns rpcd's rate, the errors of every row, and
+/// the rows of a comparison (rpcd's first; none without `--compare`).
 /// `referencesFirst`: the `--compare` rows run before the rpcd row (every other round, so that a
 /// machine that drifts within a round weighs on both sides alike).
-func runLoad(fsync: String?, keyed: Bool = false, followers: Int? = nil, referencesFirst: Bool = false) throws -> (rps: Int, errors: Int) {
+func runLoad(
+    fsync: String?, keyed: Bool = false, followers: Int? = nil, referencesFirst: Bool = false
+) throws -> (rps: Int, errors: Int, rows: [Measurement]) {
     guard !options.compare.isEmpty else {
         let rpcd = try measureRPCD(fsync: fsync, keyed: keyed, followers: followers)
-        return (rpcd.rps, rpcd.errors)
+        return (rpcd.rps, rpcd.errors, [])
     }
     var references: [Measurement] = []
     if referencesFirst { references = try measureReferences(fsync: fsync, options: options) }
     let rpcd = try measureRPCD(fsync: fsync, keyed: keyed, followers: followers)
     if !referencesFirst { references = try measureReferences(fsync: fsync, options: options) }
     printComparison([rpcd] + references, fsync: fsync, options: options)
-    compareRounds.add([rpcd] + references)
-    return (rpcd.rps, references.reduce(rpcd.errors) { $0 + $1.errors })
+    return (rpcd.rps, references.reduce(rpcd.errors) { $0 + $1.errors }, [rpcd] + references)
 }
 
 
