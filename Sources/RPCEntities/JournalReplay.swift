@@ -310,9 +310,7 @@ public struct JournalReplay {
         }
         guard let key = fields.key else {
             guard let call = cached.preparePlainSilent?(plain) else { return applyParsed(fields, plain: plain, seq: seq, entry: cached) }
-            if let error = call(&state) { return "\(cached.method) does not apply: \(error.errorMessage)" }
-            applied += 1
-            return nil
+            return run(call, of: cached)
         }
         guard let digest = fields.digest, let call = cached.preparePlain?(plain) else {
             return applyParsed(fields, plain: plain, seq: seq, entry: cached)
@@ -328,6 +326,11 @@ public struct JournalReplay {
     /// goes. The reason it failed, or nil.
     mutating func apply(_ parsed: ParsedLine, fields: JournalRecord.Fields, plain: PlainObject?, seq: UInt64) -> String? {
         guard let (entry, call) = parsed.prepared else { return apply(fields, plain: plain, seq: seq) }
+        return run(call, of: entry)
+    }
+
+    /// Runs a record's call silently, counting it; the reason it failed, or nil.
+    private mutating func run(_ call: MethodTable<Entities>.PreparedSilently, of entry: MethodTable<Entities>.Entry) -> String? {
         if let error = call(&state) { return "\(entry.method) does not apply: \(error.errorMessage)" }
         applied += 1
         return nil

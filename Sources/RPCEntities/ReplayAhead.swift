@@ -110,9 +110,8 @@ extension JournalReplay {
         private let chunkBytes: Int
         private let parser: LineParser
         private let condition = NSCondition()
-        private var ready: [Int: Chunk] = [:]
-        private var produced = 0
-        private var taken = 0
+        /// Parsed chunks not yet taken, in file order.
+        private var ready: [Chunk] = []
         private var finished = false
         private var stopped = false
         private let done = DispatchGroup()
@@ -137,11 +136,10 @@ extension JournalReplay {
         func next() -> Chunk? {
             condition.lock()
             defer { condition.unlock() }
-            while ready[taken] == nil && !(finished && taken >= produced) { condition.wait() }
-            guard let chunk = ready.removeValue(forKey: taken) else { return nil }
-            taken += 1
+            while ready.isEmpty && !finished { condition.wait() }
+            guard !ready.isEmpty else { return nil }
             condition.broadcast()
-            return chunk
+            return ready.removeFirst()
         }
 
         /// Stops the parsing thread (after a failure, or at the end) and waits for it: the bytes
@@ -156,10 +154,9 @@ extension JournalReplay {
 
         private func produce() {
             var start = 0
-            var index = 0
             while start < bytes.count {
                 condition.lock()
-                while index - taken >= Self.maxAhead && !stopped { condition.wait() }
+                while ready.count >= Self.maxAhead && !stopped { condition.wait() }
                 let stop = stopped
                 condition.unlock()
                 if stop { break }
@@ -167,7 +164,7 @@ extension JournalReplay {
                 // is the last chunk up to its last newline, and any bytes after it are the tail.
                 let cut = min(start + chunkBytes, bytes.count) - 1
                 let end: Int
-                if let newline = JournalReplay.newline(in: bytes, from: max(cut, start)) {
+                if let newline = JournalReplay.newline(in: bytes, from: cut) {
                     end = newline + 1
                 } else if let last = Self.lastNewline(in: bytes, from: start) {
                     end = last + 1
@@ -186,11 +183,9 @@ extension JournalReplay {
                 }
                 chunk.end = end
                 condition.lock()
-                ready[index] = chunk
-                produced = index + 1
+                ready.append(chunk)
                 condition.broadcast()
                 condition.unlock()
-                index += 1
                 start = end
             }
             condition.lock()

@@ -260,6 +260,14 @@ public enum RequestCodec {
             JSONWriter.writeString(method.name, into: &out)
             out.append(UInt8(ascii: ":"))
         }
+        return endLine(from: mark, id: id, form: form, into: &out, param: writeParam)
+    }
+
+    /// Writes the param (or, for its error, takes the line back from `mark` and writes an
+    /// `error.error` there instead) and closes the line.
+    private static func endLine(
+        from mark: Int, id: String, form: WireForm, into out: inout [UInt8], param writeParam: (inout [UInt8]) -> RPCError?
+    ) -> RPCError? {
         if let error = writeParam(&out) {
             out.removeSubrange(mark...)
             encodeError(id: id, error, form: form, into: &out)
@@ -289,13 +297,7 @@ public enum RequestCodec {
             JSONWriter.appendEscaped(id, into: &out)
             out.append(contentsOf: head.canonical)
         }
-        if let error = writeParam(&out) {
-            out.removeSubrange(mark...)
-            encodeError(id: id, error, form: form, into: &out)
-            return error
-        }
-        JSONWriter.appendASCII("}\n", into: &out)
-        return nil
+        return endLine(from: mark, id: id, form: form, into: &out, param: writeParam)
     }
 
     /// `{"id":"…","method":…` and, with `param`, `,"param":` (no closing brace). The quotes and

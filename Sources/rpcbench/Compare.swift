@@ -37,13 +37,7 @@ struct RoundRatios {
 
     /// `RATIO rpcd/<reference> = M (median of N rounds: …; requests/s …)`, one line per reference.
     func printMedians() {
-        for reference in references {
-            let ratios = zip(rpcd, reference.rps).map { $1 > 0 ? Double($0) / Double($1) : 0 }
-            let each = ratios.map { String(format: "%.2f", $0) }.joined(separator: " ")
-            print(
-                "RATIO rpcd/\(reference.target) = \(String(format: "%.2f", median(ratios))) (median of \(ratios.count) rounds: \(each); "
-                    + "requests/s \(Int(median(rpcd.map(Double.init)))) / \(Int(median(reference.rps.map(Double.init)))))")
-        }
+        for reference in references { print(medianRatioLine("rpcd", rpcd, reference.target, reference.rps)) }
     }
 }
 

@@ -196,12 +196,20 @@ func run() throws -> Never {
             if options.rounds == 1 {
                 print("RATIO \(label)/\(base) = \(String(format: "%.2f", ratios[0])) (\(rps[index][0]) / \(rps[0][0]) requests/s)")
             } else {
-                let each = ratios.map { String(format: "%.2f", $0) }.joined(separator: " ")
-                print("RATIO \(label)/\(base) = \(String(format: "%.2f", median(ratios))) (median of \(options.rounds) rounds: \(each); requests/s \(Int(median(rps[index].map(Double.init)))) / \(Int(median(rps[0].map(Double.init)))))")
+                print(medianRatioLine(label, rps[index], base, rps[0]))
             }
         }
     }
     exit(errors == 0 ? 0 : 1)
+}
+
+/// `RATIO a/b = M (median of N rounds: r1 r2 …; requests/s A / B)`: the median of the rounds'
+/// ratios, each round's, and each side's median rate.
+func medianRatioLine(_ label: String, _ rates: [Int], _ base: String, _ baseRates: [Int]) -> String {
+    let ratios = zip(rates, baseRates).map { $1 > 0 ? Double($0) / Double($1) : 0 }
+    let each = ratios.map { String(format: "%.2f", $0) }.joined(separator: " ")
+    return "RATIO \(label)/\(base) = \(String(format: "%.2f", median(ratios))) (median of \(ratios.count) rounds: \(each); "
+        + "requests/s \(Int(median(rates.map(Double.init)))) / \(Int(median(baseRates.map(Double.init)))))"
 }
 
 /// The middle value (the mean of the middle two for an even count).

@@ -36,15 +36,20 @@ struct ReplayAheadTests {
     static let journal = Array(records.joined().utf8)
     static let chunkSizes = [1, 7, 64, 300]
 
+    typealias Replay = @Sendable (inout JournalReplay, UnsafeRawBufferPointer, Int) -> Result<JournalReplay.FileOutcome, JournalReplay.Failure>
+    static let journalReplay: Replay = { replay, bytes, chunkBytes in replay.replayJournal(bytes, chunkBytes: chunkBytes) }
+    static let snapshotReplay: Replay = { replay, bytes, chunkBytes in replay.replaySnapshot(bytes, chunkBytes: chunkBytes) }
+
     /// Replays `bytes` on one thread and with each chunk size; expects the same result and state.
     private func expectSame(
-        journal bytes: [UInt8], _ label: String, chunkSizes: [Int] = Self.chunkSizes, sourceLocation: SourceLocation = #_sourceLocation
+        _ bytes: [UInt8], _ label: String, chunkSizes: [Int] = Self.chunkSizes, replay: Replay = Self.journalReplay,
+        sourceLocation: SourceLocation = #_sourceLocation
     ) {
         var serial = JournalReplay()
-        let expected = bytes.withUnsafeBytes { serial.replayJournal($0, chunkBytes: .max) }
+        let expected = bytes.withUnsafeBytes { replay(&serial, $0, .max) }
         for chunkBytes in chunkSizes {
             var ahead = JournalReplay()
-            let result = bytes.withUnsafeBytes { ahead.replayJournal($0, chunkBytes: chunkBytes) }
+            let result = bytes.withUnsafeBytes { replay(&ahead, $0, chunkBytes) }
             #expect(result == expected, "\(label), chunks of \(chunkBytes): \(result) against \(expected)", sourceLocation: sourceLocation)
             #expect(StateFingerprint(ahead) == StateFingerprint(serial) && ahead.applied == serial.applied,
                 "\(label), chunks of \(chunkBytes)", sourceLocation: sourceLocation)
@@ -56,12 +61,12 @@ struct ReplayAheadTests {
         var serial = JournalReplay()
         let outcome = try Self.journal.withUnsafeBytes { serial.replayJournal($0, chunkBytes: .max) }.get()
         #expect(outcome.applied == Self.records.count && outcome.tornBytes == 0)
-        expectSame(journal: Self.journal, "intact")
-        expectSame(journal: Array(Self.records.joined(separator: "\n").utf8), "blank lines between records")
-        expectSame(journal: Self.journal + Array("      ".utf8), "spaces ahead")
+        expectSame(Self.journal, "intact")
+        expectSame(Array(Self.records.joined(separator: "\n").utf8), "blank lines between records")
+        expectSame(Self.journal + Array("      ".utf8), "spaces ahead")
         let next = JournalText.create("late", seq: UInt64(Self.records.count + 1))
-        expectSame(journal: Self.journal + Array(next.utf8.prefix(20)), "a torn record")
-        expectSame(journal: Self.journal + Array("\n\n".utf8), "blank lines at the end")
+        expectSame(Self.journal + Array(next.utf8.prefix(20)), "a torn record")
+        expectSame(Self.journal + Array("\n\n".utf8), "blank lines at the end")
     }
 
     @Test("a byte flipped anywhere, and the journal cut anywhere: the same failure or the same prefix")
@@ -70,11 +75,11 @@ struct ReplayAheadTests {
         for offset in stride(from: 0, to: Self.journal.count, by: 9) {
             var flipped = Self.journal
             flipped[offset] ^= 0x01
-            expectSame(journal: flipped, "byte \(offset) flipped", chunkSizes: [1, 300])
+            expectSame(flipped, "byte \(offset) flipped", chunkSizes: [1, 300])
             var newline = Self.journal
             newline[offset] = UInt8(ascii: "\n")
-            expectSame(journal: newline, "a newline at byte \(offset)", chunkSizes: [1, 300])
-            expectSame(journal: Array(Self.journal[..<offset]), "cut at \(offset)", chunkSizes: [1, 300])
+            expectSame(newline, "a newline at byte \(offset)", chunkSizes: [1, 300])
+            expectSame(Array(Self.journal[..<offset]), "cut at \(offset)", chunkSizes: [1, 300])
         }
     }
 
@@ -82,16 +87,16 @@ struct ReplayAheadTests {
     func recordsOutOfOrder() {
         var gap = Self.records
         gap.remove(at: 17)
-        expectSame(journal: Array(gap.joined().utf8), "a gap")
+        expectSame(Array(gap.joined().utf8), "a gap")
         var duplicate = Self.records
         duplicate.insert(Self.records[9], at: 10)
-        expectSame(journal: Array(duplicate.joined().utf8), "a duplicate")
+        expectSame(Array(duplicate.joined().utf8), "a duplicate")
         var unsealed = Self.records
         unsealed[12] = JournalText.unsealedCreate("old", seq: 13)
-        expectSame(journal: Array(unsealed.joined().utf8), "an unsealed line after sealed ones")
+        expectSame(Array(unsealed.joined().utf8), "an unsealed line after sealed ones")
         var conflict = Self.records
         conflict[20] = JournalText.create("u0", seq: 21)
-        expectSame(journal: Array(conflict.joined().utf8), "a create of an existing id")
+        expectSame(Array(conflict.joined().utf8), "a create of an existing id")
     }
 
     @Test("a snapshot with key lines, intact and with a byte flipped anywhere")
@@ -101,22 +106,12 @@ struct ReplayAheadTests {
         var bytes = JournalSnapshot.header(seq: source.lastSeq, records: JournalSnapshot.recordCount(source.state))
         JournalSnapshot.encodeRecords(source.state) { bytes += $0 }
         #expect(String(decoding: bytes, as: UTF8.self).contains("key-2"), "the snapshot has no key line")
-        func expectSame(_ bytes: [UInt8], _ label: String) {
-            var serial = JournalReplay()
-            let expected = bytes.withUnsafeBytes { serial.replaySnapshot($0, chunkBytes: .max) }
-            for chunkBytes in Self.chunkSizes {
-                var ahead = JournalReplay()
-                let result = bytes.withUnsafeBytes { ahead.replaySnapshot($0, chunkBytes: chunkBytes) }
-                #expect(result == expected, "\(label), chunks of \(chunkBytes): \(result) against \(expected)")
-                #expect(StateFingerprint(ahead) == StateFingerprint(serial), "\(label), chunks of \(chunkBytes)")
-            }
-        }
-        expectSame(bytes, "intact")
+        expectSame(bytes, "intact", replay: Self.snapshotReplay)
         for offset in stride(from: 0, to: bytes.count, by: 11) {
             var flipped = bytes
             flipped[offset] ^= 0x01
-            expectSame(flipped, "byte \(offset) flipped")
+            expectSame(flipped, "byte \(offset) flipped", replay: Self.snapshotReplay)
         }
-        expectSame(Array(bytes.dropLast(7)), "cut short")
+        expectSame(Array(bytes.dropLast(7)), "cut short", replay: Self.snapshotReplay)
     }
 }
