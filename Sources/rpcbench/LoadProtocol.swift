@@ -65,11 +65,17 @@ struct RPCDLoad: LoadProtocol {
             Self.match(UInt8(ascii: "-"), in: line, at: &at), Self.match(seq, in: line, at: &at),
             Self.match(UInt8(ascii: "\""), in: line, at: &at)
         else { return .mismatch }
-        return countOccurrences(of: Self.errorMarker, in: UnsafeRawBufferPointer(rebasing: line[at...])) == 0 ? .ok : .error
+        // ,"method":"user.getUserResult" (or the create's), or ,"method":"error.error": rpcd writes
+        // a reply's method right after its id, so the rest of the line is not scanned.
+        var method = at
+        if Self.match(workload.creates(seq: seq) ? Self.createResult : Self.getResult, in: line, at: &at) { return .ok }
+        return Self.match(Self.errorMethod, in: line, at: &method) ? .error : .mismatch
     }
 
     private static let idPrefix = Array(#"{"id":"c"#.utf8)
-    private static let errorMarker = Array(#""method":"error.error""#.utf8)
+    private static let getResult = Array(#","method":"user.getUserResult""#.utf8)
+    private static let createResult = Array(#","method":"user.createUserResult""#.utf8)
+    private static let errorMethod = Array(#","method":"error.error""#.utf8)
 
     private static func match(_ bytes: [UInt8], in line: UnsafeRawBufferPointer, at: inout Int) -> Bool {
         guard line.count - at >= bytes.count else { return false }

@@ -158,6 +158,9 @@ final class LoadThread<Load: LoadProtocol> {
                 return
             }
             consume(connection, count: n, stopping: stopping)
+            // A short read took all the socket held: poll reports the next bytes (one read per
+            // reply at depth 1, not a second that finds EAGAIN).
+            if n < readBuffer.count { return }
         }
     }
 
@@ -165,21 +168,21 @@ final class LoadThread<Load: LoadProtocol> {
     private func consume(_ connection: LoadConnection, count: Int, stopping: Bool) {
         let now = nowNanoseconds()
         readBuffer.withUnsafeBytes { raw in
+            guard let base = raw.baseAddress else { return }
             var start = 0
-            var i = 0
-            while i < count {
-                if raw[i] == 0x0A {
-                    if connection.input.isEmpty {
-                        reply(connection, UnsafeRawBufferPointer(rebasing: raw[start..<i]), now: now, stopping: stopping)
-                    } else {
-                        connection.input.append(contentsOf: raw[start..<i])
-                        let line = connection.input
-                        connection.input.removeAll(keepingCapacity: true)
-                        line.withUnsafeBytes { reply(connection, $0, now: now, stopping: stopping) }
-                    }
-                    start = i + 1
+            // memchr, not a byte loop: the load thread is often the busier side of a run, and a
+            // Swift loop over a 150-byte reply cost it more than the reply's other checks.
+            while start < count, let found = memchr(base + start, 0x0A, count - start) {
+                let i = UnsafeRawPointer(found) - base
+                if connection.input.isEmpty {
+                    reply(connection, UnsafeRawBufferPointer(rebasing: raw[start..<i]), now: now, stopping: stopping)
+                } else {
+                    connection.input.append(contentsOf: raw[start..<i])
+                    let line = connection.input
+                    connection.input.removeAll(keepingCapacity: true)
+                    line.withUnsafeBytes { reply(connection, $0, now: now, stopping: stopping) }
                 }
-                i += 1
+                start = i + 1
             }
             if start < count { connection.input.append(contentsOf: raw[start..<count]) }
         }

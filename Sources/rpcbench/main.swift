@@ -306,7 +306,7 @@ func measureRPCD(fsync: String?, keyed: Bool = false, followers: Int? = nil) thr
     print("conns       \(options.conns) x depth \(options.depth), \(threadCount) load thread(s)")
     print("measured    \(String(format: "%.1f", options.duration)) s after \(String(format: "%.1f", options.warmup)) s warmup")
     rpcd.printFigures(
-        errorsLine: "\(rpcd.errorReplies) error replies, \(rpcd.mismatches) id mismatches",
+        errorsLine: "\(rpcd.errorReplies) error replies, \(rpcd.mismatches) replies with another id or method",
         serverLabel: "daemon CPU", serverNote: daemon.map { "; RSS \($0.rssKiB()) KiB" } ?? "")
     if let loopsBefore = statsBefore?.loops, let loopsAfter = statsAfter?.loops, loopsBefore.count == loopsAfter.count {
         printLoopFigures(before: loopsBefore, after: loopsAfter, seconds: loopSeconds)

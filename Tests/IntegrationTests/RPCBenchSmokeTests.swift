@@ -179,6 +179,21 @@ import Glibc
         #expect(temp.processesNamingIt().isEmpty, "a daemon outlived rpcbench")
     }
 
+    @Test("rpcbench against a server that echoes each line (its id, but the request's method, not the result's): exit 1, every reply counted as another request's")
+    func echoedRepliesDoNotMatch() throws {
+        let echo = try EchoServer()
+        defer { echo.stop() }
+        let outcome = try runProcess(
+            try Binaries.rpcbench(),
+            ["--connect", "127.0.0.1:\(echo.port)", "--workload", "create", "--conns", "1", "--depth", "1", "--duration", "0.3", "--warmup", "0"],
+            timeout: 30)
+        #expect(outcome.status == 1, "rpcbench took echoed requests for replies: \(outcome.stdout)\(outcome.stderr)")
+        let errors = outcome.stdout.split(separator: "\n").first { $0.hasPrefix("errors ") } ?? ""
+        #expect(errors.contains(" 0 error replies, ") && !errors.contains(" 0 replies with another id or method"), "\(outcome.stdout)")
+        #expect(outcome.stdout.contains(#""method":"user.createUser""#) || outcome.stderr.contains(#""method":"user.createUser""#),
+                "the first mismatch is shown: \(outcome.stdout)\(outcome.stderr)")
+    }
+
     @Test("rpcbench fails with exit 2 and one line when it cannot connect")
     func unreachable() throws {
         let outcome = try runProcess(try Binaries.rpcbench(), ["--connect", "127.0.0.1:1", "--duration", "1"], timeout: 30)
@@ -217,4 +232,48 @@ private struct BenchTemp {
     }
 
     func remove() { try? FileManager.default.removeItem(atPath: path) }
+}
+
+/// Echoes every byte each client sends, on a thread per connection, until the client closes.
+private final class EchoServer: Sendable {
+    let port: Int
+    private let listenFD: Int32
+
+    init() throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw HarnessError("socket: errno \(errno)") }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        guard bound, listen(fd, 16) == 0 else {
+            closeOwned(fd, "EchoServer (listener)")
+            throw HarnessError("bind/listen: errno \(errno)")
+        }
+        listenFD = fd
+        port = Int(UInt16(bigEndian: address.sin_port))
+        Thread.detachNewThread {
+            while true {
+                let client = accept(fd, nil, nil)
+                guard client >= 0 else { break }  // the listener was shut down
+                Thread.detachNewThread { Self.echo(client) }
+            }
+            closeOwned(fd, "EchoServer (listener)")  // here, not in stop(): no accept on a reused number
+        }
+    }
+
+    private static func echo(_ fd: Int32) {
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            guard n > 0, buffer.withUnsafeBytes({ send(fd, $0.baseAddress, n, Int32(MSG_NOSIGNAL)) }) == n else { break }
+        }
+        closeOwned(fd, "EchoServer (client)")
+    }
+
+    /// Ends the accept loop (`shutdown` wakes the blocked `accept`), which closes the listener.
+    func stop() { shutdown(listenFD, Int32(SHUT_RDWR)) }
 }
