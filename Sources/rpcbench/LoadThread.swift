@@ -1,3 +1,4 @@
+import CRPCLinux
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -61,7 +62,7 @@ func openConnection(host: String, port: Int) throws -> Int32 {
     return fd
 }
 
-/// A poll(2) loop driving some connections at a fixed depth until `stopAt`; measures from `measureFrom`.
+/// An epoll loop driving some connections at a fixed depth until `stopAt`; measures from `measureFrom`.
 /// What goes on the wire and what counts as a good reply is `load`'s (rpcd, Redis or the floor).
 final class LoadThread<Load: LoadProtocol> {
     let connections: [LoadConnection]
@@ -86,7 +87,25 @@ final class LoadThread<Load: LoadProtocol> {
             for _ in 0..<depth { issue(connection, now: now) }
             flush(connection)
         }
-        var polls = connections.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
+        // epoll, not poll(2): a poll over every connection cost the load thread O(connections) in
+        // the kernel and here on each wait, and the load thread is often the busier side of a run.
+        let epollFD = epoll_create1(Int32(EPOLL_CLOEXEC))
+        guard epollFD >= 0 else {
+            note(error: "epoll_create1 failed: \(String(cString: strerror(errno)))")
+            result.errors += connections.reduce(0) { $0 + $1.inflightCount }
+            return
+        }
+        defer { close(epollFD) }
+        /// Whether each connection is watched for room to write too (it has output left over).
+        var watchesWrite = [Bool](repeating: false, count: connections.count)
+        func watch(_ i: Int, _ operation: Int32) {
+            let wantsWrite = connections[i].outputStart < connections[i].output.count
+            var event = epoll_event(events: EPOLLIN.rawValue | (wantsWrite ? EPOLLOUT.rawValue : 0), data: epoll_data_t(u64: UInt64(i)))
+            _ = epoll_ctl(epollFD, operation, connections[i].fd, &event)
+            watchesWrite[i] = wantsWrite
+        }
+        for i in connections.indices where !connections[i].closed { watch(i, EPOLL_CTL_ADD) }
+        var events = [epoll_event](repeating: epoll_event(), count: max(1, min(connections.count, 1024)))
         var stopping = false
         var drainDeadline: UInt64 = 0
         while true {
@@ -96,22 +115,26 @@ final class LoadThread<Load: LoadProtocol> {
                 drainDeadline = now + 5_000_000_000
             }
             if stopping && (now >= drainDeadline || connections.allSatisfy { $0.inflightCount == 0 || $0.closed }) { break }
-            for (i, connection) in connections.enumerated() {
-                let wantsWrite = connection.outputStart < connection.output.count
-                polls[i].events = Int16(POLLIN) | (wantsWrite ? Int16(POLLOUT) : 0)
-                polls[i].fd = connection.closed ? -1 : connection.fd
-                polls[i].revents = 0
-            }
-            let n = poll(&polls, nfds_t(polls.count), 50)
+            let n = epoll_wait(epollFD, &events, Int32(events.count), 50)
             guard n >= 0 else {
                 if errno == EINTR { continue }
                 break
             }
-            for (i, connection) in connections.enumerated() where polls[i].revents != 0 {
-                if polls[i].revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 {
+            for k in 0..<Int(n) {
+                let i = Int(events[k].data.u64)
+                let connection = connections[i]
+                guard !connection.closed else { continue }
+                if events[k].events & (EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 {
                     readAll(connection, stopping: stopping)
                 }
                 flush(connection)
+                if connection.closed {
+                    watchesWrite[i] = false
+                    var unused = epoll_event()
+                    _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, connection.fd, &unused)
+                } else if (connection.outputStart < connection.output.count) != watchesWrite[i] {
+                    watch(i, EPOLL_CTL_MOD)
+                }
             }
         }
         for connection in connections where connection.inflightCount > 0 && !connection.closed {

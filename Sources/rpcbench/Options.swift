@@ -46,7 +46,7 @@ struct Options {
                              always,none runs the load once per mode and prints their ratio
           --daemon-arg ARG   one more argument for every daemon it spawns, repeatable
                              (e.g. --daemon-arg --group-commit-delay --daemon-arg 2ms)
-          --threads N        load threads (default 1; each runs a poll(2) loop over its connections)
+          --threads N        load threads (default 1; each runs an epoll loop over its connections)
           --rounds N         run the loads a RATIO compares N times (1 to 100), in alternating order (ABBA…), and
                              print each round's ratio and their median (default 1)
           --compare LIST     after rpcd, run the same load against each of: redis (a redis-server it
