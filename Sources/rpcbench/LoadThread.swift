@@ -96,7 +96,7 @@ final class LoadThread<Load: LoadProtocol> {
             return
         }
         defer { close(epollFD) }
-        /// Whether each connection is watched for room to write too (it has output left over).
+        // Whether each connection is watched for room to write too (it has output left over).
         var watchesWrite = [Bool](repeating: false, count: connections.count)
         func watch(_ i: Int, _ operation: Int32) {
             let wantsWrite = connections[i].outputStart < connections[i].output.count
@@ -181,7 +181,7 @@ final class LoadThread<Load: LoadProtocol> {
                 return
             }
             consume(connection, count: n, stopping: stopping)
-            // A short read took all the socket held: poll reports the next bytes (one read per
+            // A short read took all the socket held: epoll reports the next bytes (one read per
             // reply at depth 1, not a second that finds EAGAIN).
             if n < readBuffer.count { return }
         }
@@ -194,7 +194,7 @@ final class LoadThread<Load: LoadProtocol> {
             guard let base = raw.baseAddress else { return }
             var start = 0
             // memchr, not a byte loop: the load thread is often the busier side of a run, and a
-            // Swift loop over a 150-byte reply cost it more than the reply's other checks.
+            // Swift loop over each byte of a 117-byte reply cost it more than the reply's checks.
             while start < count, let found = memchr(base + start, 0x0A, count - start) {
                 let i = UnsafeRawPointer(found) - base
                 if connection.input.isEmpty {

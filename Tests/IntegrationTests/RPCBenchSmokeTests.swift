@@ -258,6 +258,7 @@ private final class EchoServer: Sendable {
         Thread.detachNewThread {
             while true {
                 let client = accept(fd, nil, nil)
+                if client < 0 && (errno == EINTR || errno == ECONNABORTED) { continue }
                 guard client >= 0 else { break }  // the listener was shut down
                 Thread.detachNewThread { Self.echo(client) }
             }
