@@ -163,45 +163,25 @@ extension JournalReplay {
                 // The chunk ends at the first newline at or after `chunkBytes` on; none: the rest
                 // is the last chunk up to its last newline, and any bytes after it are the tail.
                 let cut = min(start + chunkBytes, bytes.count) - 1
-                let end: Int
-                if let newline = JournalReplay.newline(in: bytes, from: cut) {
-                    end = newline + 1
-                } else if let last = Self.lastNewline(in: bytes, from: start) {
-                    end = last + 1
-                } else {
-                    break
-                }
+                let limit = JournalReplay.newline(in: bytes, from: cut).map { $0 + 1 } ?? bytes.count
                 var chunk = Chunk()
-                var lineStart = start
-                while lineStart < end, let newline = JournalReplay.newline(in: bytes, from: lineStart), newline < end {
-                    chunk.newlines += 1
-                    if newline > lineStart {
-                        let line = UnsafeRawBufferPointer(rebasing: bytes[lineStart..<newline])
-                        chunk.lines.append((lineStart, newline, chunk.newlines, parser.parse(line)))
-                    }
-                    lineStart = newline + 1
+                let scan = JournalReplay.forEachLine(UnsafeRawBufferPointer(rebasing: bytes[start..<limit])) { line, number, offset in
+                    chunk.lines.append((start + offset, start + offset + line.count, number, parser.parse(line)))
+                    return nil
                 }
-                chunk.end = end
+                guard scan.lines > 0 else { break }
+                chunk.newlines = scan.lines
+                chunk.end = start + scan.validBytes
                 condition.lock()
                 ready.append(chunk)
                 condition.broadcast()
                 condition.unlock()
-                start = end
+                start = chunk.end
             }
             condition.lock()
             finished = true
             condition.broadcast()
             condition.unlock()
-        }
-
-        /// The last newline in `bytes[from...]`, if any.
-        private static func lastNewline(in bytes: UnsafeRawBufferPointer, from: Int) -> Int? {
-            var i = bytes.count - 1
-            while i >= from {
-                if bytes[i] == UInt8(ascii: "\n") { return i }
-                i -= 1
-            }
-            return nil
         }
     }
 }

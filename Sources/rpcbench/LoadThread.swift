@@ -38,6 +38,8 @@ final class LoadConnection {
     }
 
     var inflightCount: Int { inflight.count - inflightHead }
+    /// Output not yet sent (the socket had no room for it).
+    var hasOutput: Bool { outputStart < output.count }
 }
 
 /// Opens a blocking-connect TCP socket, then makes it non-blocking.
@@ -99,7 +101,7 @@ final class LoadThread<Load: LoadProtocol> {
         // Whether each connection is watched for room to write too (it has output left over).
         var watchesWrite = [Bool](repeating: false, count: connections.count)
         func watch(_ i: Int, _ operation: Int32) {
-            let wantsWrite = connections[i].outputStart < connections[i].output.count
+            let wantsWrite = connections[i].hasOutput
             var event = epoll_event(events: EPOLLIN.rawValue | (wantsWrite ? EPOLLOUT.rawValue : 0), data: epoll_data_t(u64: UInt64(i)))
             _ = epoll_ctl(epollFD, operation, connections[i].fd, &event)
             watchesWrite[i] = wantsWrite
@@ -132,7 +134,7 @@ final class LoadThread<Load: LoadProtocol> {
                     watchesWrite[i] = false
                     var unused = epoll_event()
                     _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, connection.fd, &unused)
-                } else if (connection.outputStart < connection.output.count) != watchesWrite[i] {
+                } else if connection.hasOutput != watchesWrite[i] {
                     watch(i, EPOLL_CTL_MOD)
                 }
             }
@@ -151,7 +153,7 @@ final class LoadThread<Load: LoadProtocol> {
     }
 
     private func flush(_ connection: LoadConnection) {
-        while connection.outputStart < connection.output.count && !connection.closed {
+        while connection.hasOutput && !connection.closed {
             let n = connection.output.withUnsafeBytes { raw in
                 send(connection.fd, raw.baseAddress! + connection.outputStart, raw.count - connection.outputStart, Int32(MSG_NOSIGNAL))
             }
