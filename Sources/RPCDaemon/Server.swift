@@ -246,7 +246,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     private static func drainAndClose(_ fd: Int32) {
         var scratch = [UInt8](repeating: 0, count: 4096)
         for _ in 0..<16 {
-            let result = scratch.withUnsafeMutableBytes { try? Syscall.read(fd, into: $0) }
+            let result = scratch.withUnsafeMutableBytes { try? Syscall.receive(fd, into: $0) }
             guard case .processed(let n)? = result, n > 0 else { break }
         }
         Syscall.close(fd)

@@ -208,7 +208,7 @@ public final class Connection: @unchecked Sendable {
         for _ in 0..<16 where closeReason == nil && !readClosed && !readPaused {
             let result: IOResult<Int>
             do {
-                result = try Syscall.read(fd, into: loop.readBuffer)
+                result = try Syscall.receive(fd, into: loop.readBuffer)
             } catch {
                 close(.error(error.code == ECONNRESET ? "connection reset by peer" : "\(error)"))
                 return
