@@ -145,7 +145,7 @@ final class FloorServer: @unchecked Sendable {
     private func serve(_ fd: Int32) {
         let i = Int(fd)
         if owed[i] == 0 {
-            let n = readBuffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            let n = readBuffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
             if n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) {
                 open[i] = false
                 close(fd)
@@ -156,7 +156,7 @@ final class FloorServer: @unchecked Sendable {
         while owed[i] > 0 {
             let start = phase[i]
             let length = min(owed[i], replies.count - start)
-            let n = replies.withUnsafeBytes { write(fd, $0.baseAddress! + start, length) }
+            let n = replies.withUnsafeBytes { send(fd, $0.baseAddress! + start, length, Int32(MSG_NOSIGNAL)) }
             if n > 0 {
                 owed[i] -= n
                 phase[i] = (start + n) % Self.reply.count

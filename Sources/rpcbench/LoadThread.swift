@@ -172,7 +172,8 @@ final class LoadThread<Load: LoadProtocol> {
 
     private func readAll(_ connection: LoadConnection, stopping: Bool) {
         while !connection.closed {
-            let n = readBuffer.withUnsafeMutableBytes { read(connection.fd, $0.baseAddress, $0.count) }
+            // recv(2), as the daemon reads: read(2) passes the file layer first.
+            let n = readBuffer.withUnsafeMutableBytes { recv(connection.fd, $0.baseAddress, $0.count, 0) }
             if n == 0 {
                 fail(connection, "the server closed the connection")
                 return
