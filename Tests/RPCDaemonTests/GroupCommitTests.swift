@@ -35,6 +35,14 @@ import Testing
         _ = commit.finished(batch, failure: nil)
     }
 
+    /// A commit whose writer wrote a batch of `records` while `appendingMeanwhile` more arrived.
+    private func afterBatch(of records: Int, appendingMeanwhile count: Int = 0) throws -> GroupCommit {
+        var commit = GroupCommit(lastSeq: 0, maxBehindBytes: 1 << 20)
+        for _ in 0..<records { _ = commit.append(Self.record) }
+        try writeBatch(&commit, appendingMeanwhile: count)
+        return commit
+    }
+
     @Test("a writer waiting for 3 returning records is woken by the append of the 3rd, once; never when they are there already")
     func awaitReturnWakesOnTheLastRecord() {
         var commit = GroupCommit(lastSeq: 10, maxBehindBytes: 1 << 20)
@@ -52,9 +60,7 @@ import Testing
 
     @Test("the count starts at the durable record: after a batch, only records appended since count")
     func awaitReturnCountsFromTheDurableRecord() throws {
-        var commit = GroupCommit(lastSeq: 0, maxBehindBytes: 1 << 20)
-        for _ in 0..<5 { _ = commit.append(Self.record) }
-        try writeBatch(&commit)
+        var commit = try afterBatch(of: 5)
         let waits = commit.awaitReturn(2)
         #expect(waits)
         #expect(wakes(&commit, 3) == [false, true, false])
@@ -62,9 +68,7 @@ import Testing
 
     @Test("records appended while a batch was written are not among the peers it answered: the wait counts past them")
     func awaitReturnCountsPastRecordsAppendedDuringTheWrite() throws {
-        var commit = GroupCommit(lastSeq: 0, maxBehindBytes: 1 << 20)
-        for _ in 0..<5 { _ = commit.append(Self.record) }
-        try writeBatch(&commit, appendingMeanwhile: 2)
+        var commit = try afterBatch(of: 5, appendingMeanwhile: 2)
         // The five answered peers: the wait ends at the fifth record after those two.
         let waits = commit.awaitReturn(5)
         #expect(waits)
@@ -79,17 +83,13 @@ import Testing
 
     @Test("more than half as many records as the batch answered arrived while it was written: no wait, that group is written now")
     func awaitReturnSkippedForASecondGroup() throws {
-        var commit = GroupCommit(lastSeq: 0, maxBehindBytes: 1 << 20)
-        for _ in 0..<6 { _ = commit.append(Self.record) }
-        try writeBatch(&commit, appendingMeanwhile: 4)
+        var commit = try afterBatch(of: 6, appendingMeanwhile: 4)
         let waits = commit.awaitReturn(6)
         #expect(!waits && !commit.awaitsReturn, "4 arrived during the write of 6: another group waits for its fsync")
         #expect(wakes(&commit, 8) == Array(repeating: false, count: 8))
 
         // Exactly half: still a wait (the answered peers join the small group).
-        var half = GroupCommit(lastSeq: 0, maxBehindBytes: 1 << 20)
-        for _ in 0..<6 { _ = half.append(Self.record) }
-        try writeBatch(&half, appendingMeanwhile: 3)
+        var half = try afterBatch(of: 6, appendingMeanwhile: 3)
         let halfWaits = half.awaitReturn(6)
         #expect(halfWaits && half.awaitsReturn)
         #expect(wakes(&half, 6) == [false, false, false, false, false, true])
