@@ -399,6 +399,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         guard !turn.isEmpty else { return }
         var nextCall = 0
         var index = 0
+        var logged = false
         // Entries and reply bytes are read in place: copying an entry out retained its
         // connection and its three strings, and a slice of a buffer retained the buffer, each
         // released again, for every request (~10% of a get's instructions were such counting).
@@ -407,7 +408,9 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
                 turn.out.removeAllIfAny(keepingCapacity: true)
                 turn.outcomes.removeAllIfAny(keepingCapacity: true)
                 if nextCall < turn.calls.count {
-                    dispatcher.run(turn.calls[nextCall...], into: &turn.out, outcomes: &turn.outcomes, maxBytes: TurnBatch.maxReplyBytes)
+                    let ran = dispatcher.run(
+                        turn.calls[nextCall...], into: &turn.out, outcomes: &turn.outcomes, maxBytes: TurnBatch.maxReplyBytes, startingLog: false)
+                    logged = logged || ran
                 }
                 turn.out.withUnsafeBytes { out in
                     turn.staged.withUnsafeBytes { staged in
@@ -417,6 +420,9 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             }
         }
         settleHeld(turn, stats)
+        // The journal's writer starts with the held replies' release (`releaseHeld`); a logged
+        // mutation holds its reply, so this start is a safeguard only.
+        if logged && turn.held.items.isEmpty { durability?.recorded() }
         turn.reset { $0.endDeferredReplies() }
     }
 
@@ -443,6 +449,10 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         turn.held = HeldTurn()
         // Tickets grow with the journal: the last is durable only after every earlier one.
         release(held.items, in: held.replies, after: held.ticket, to: stats.released)
+        // The journal's writer, if idle, starts now, with every mutation of the pass: started at
+        // the pass's first mutation (as `Dispatcher.run` does by default), it wrote and synced
+        // that one alone while the rest of the pass queued behind it for the next fsync.
+        durability?.recorded()
     }
 
     /// Sends (or holds, for the journal) the replies of `entries` from `index` on, in order, until
