@@ -33,6 +33,11 @@ final class Journal: MutationLog, @unchecked Sendable {
     @exclusivity(unchecked) private var writerStartPending = false
     /// A record ended the writer's wait for returning peers; `recorded()` wakes it. Guarded by `lock`.
     @exclusivity(unchecked) private var writerWakePending = false
+    /// Records were appended that no `recorded()` has followed yet: an event loop's pass over its
+    /// ready peers is still appending. Guarded by `lock`.
+    @exclusivity(unchecked) private var passOpen = false
+    /// The writer waits for that pass to end (`awaitPassEnd`); `recorded()` wakes it. Guarded by `lock`.
+    @exclusivity(unchecked) private var writerAwaitsPass = false
     /// What the writer sleeps on while it waits for returning peers (`awaitReturning`). A
     /// semaphore, whose timeout is on the monotonic clock (a condition's is on the wall clock,
     /// which can be set back) and which keeps a signal given before the wait.
@@ -122,17 +127,18 @@ final class Journal: MutationLog, @unchecked Sendable {
     private func noteWriterNeeds(_ appended: GroupCommit.Appended) -> UInt64 {
         if appended.startWriter { writerStartPending = true }
         if appended.wakeWriter { writerWakePending = true }
+        passOpen = true
         return appended.seq
     }
 
     /// Starts the writer, or wakes it from its wait for returning peers, if a record asked for
     /// it (after the dispatcher's lock is released: a `queue.async` or a signal may wake a
     /// thread, a syscall the other loops would wait behind). Whoever calls first after the
-    /// record does it, once.
+    /// record does it, once. Ends a pass too: a writer waiting for it (`awaitPassEnd`) is woken.
     func recorded() {
         let (start, wake) = lock.withLock {
-            defer { (writerStartPending, writerWakePending) = (false, false) }
-            return (writerStartPending, writerWakePending)
+            defer { (writerStartPending, writerWakePending, writerAwaitsPass, passOpen) = (false, false, false, false) }
+            return (writerStartPending, writerWakePending || writerAwaitsPass)
         }
         if start { queue.async { self.drain() } }
         if wake { returned.signal() }
@@ -173,6 +179,7 @@ final class Journal: MutationLog, @unchecked Sendable {
                 usleep(groupCommitDelayMicroseconds)
             } else if wrote, policy == .always, groupCommitDelayMicroseconds == 0 {
                 awaitReturning(released.records, for: released.syncNanoseconds)
+                awaitPassEnd(for: released.syncNanoseconds)
             }
             // The batch, and how many records it holds (all those after the last durable one).
             guard let (batch, records) = lock.withLock({ () -> (GroupCommit.Batch, UInt64)? in
@@ -227,6 +234,19 @@ final class Journal: MutationLog, @unchecked Sendable {
         // wait early: the loop asks again.
         while lock.withLock({ commit.awaitsReturn }), returned.wait(timeout: deadline) == .success {}
         lock.withLock { commit.stopAwaitingReturn() }
+    }
+
+    /// With records pending from a pass that is still appending, waits until its loop ends the pass
+    /// (`recorded()`), at most as long as the last write and fsync took (within 100 µs–1 ms).
+    private func awaitPassEnd(for nanoseconds: UInt64) {
+        guard lock.withLock({ () -> Bool in
+            guard commit.hasPending, passOpen else { return false }
+            writerAwaitsPass = true
+            return true
+        }) else { return }
+        let deadline = DispatchTime.now() + .nanoseconds(Int(min(max(nanoseconds, 100_000), Self.maxReturnWait)))
+        while lock.withLock({ writerAwaitsPass }), returned.wait(timeout: deadline) == .success {}
+        lock.withLock { writerAwaitsPass = false }
     }
 
     private static let maxReturnWait: UInt64 = 1_000_000
