@@ -138,21 +138,12 @@ struct GroupCommit {
 
     /// The writer, between two batches, is to wait until the `records` peers its last batch
     /// answered are back: until `records` more are pending than were appended while it wrote.
-    /// True if it must (the append that makes them says `wakeWriter`), false if they are already,
-    /// or if more than half as many as it answered arrived while it wrote.
+    /// True if it must (the append that makes them says `wakeWriter`), false if they are already.
     ///
     /// Counting those appended during the write too ended the wait before the answered peers
     /// were back: at 50 writers with one request in flight each, ~20 of them arrived during each
     /// write, the wait ended when ~10 answered peers had returned, and batches held ~30 of the 50.
-    ///
-    /// Those that arrived during the write are another group of writers, whose fsync the wait
-    /// holds back: worth it while the group is small (the answered peers join it, and one fsync
-    /// serves both), not when it is not. At 50 × 1 the two groups were ~20 and ~25 and 76% of
-    /// the waits ran to their deadline (~410 µs): writing each group as it came made durable
-    /// creates 1–34% faster (median +23%, 7 of 7 pairs); at 10 × 1, where 98% of the waits see
-    /// the peers back, it still waits.
     mutating func awaitReturn(_ records: UInt64) -> Bool {
-        guard appendedDuringWrite <= records / 2 else { return false }
         let (sum, overflow) = records.addingReportingOverflow(appendedDuringWrite)
         let target = overflow ? .max : sum
         guard lastSeq &- ackedSeq < target else { return false }
