@@ -49,6 +49,11 @@ struct GroupCommit {
     /// writer waits for, so they are not the peers its batch's replies went to.
     private var appendedDuringWrite: UInt64 = 0
     private var waiters: [(ticket: UInt64, done: Waiter)] = []
+    /// Records were appended that no `passEnded()` has followed yet: an event loop's pass over
+    /// its ready peers is still appending.
+    private var passOpen = false
+    /// The writer waits for that pass to end (`awaitPassEnd`).
+    private var writerAwaitsPass = false
     /// How far the writer may fall behind before mutations are refused (bounded memory).
     let maxBehindBytes: Int
 
@@ -99,6 +104,7 @@ struct GroupCommit {
     mutating func append(_ body: JournalRecord.Body) -> Appended {
         lastSeq += 1
         JournalRecord.encode(body, seq: lastSeq, into: &pending)
+        passOpen = true
         var appended = Appended(seq: lastSeq, startWriter: startWriterIfIdle())
         if let target = returnTarget, lastSeq &- ackedSeq >= target {
             returnTarget = nil
@@ -156,6 +162,28 @@ struct GroupCommit {
 
     /// The writer's wait is over (its deadline passed, or it was woken).
     mutating func stopAwaitingReturn() { returnTarget = nil }
+
+    /// The writer, between two batches, is to wait until the pass that is appending records ends
+    /// (`passEnded()`): true if it must, false when nothing is pending or no pass is open.
+    mutating func awaitPassEnd() -> Bool {
+        guard !pending.isEmpty, passOpen else { return false }
+        writerAwaitsPass = true
+        return true
+    }
+
+    /// The writer still waits for the pass to end.
+    var awaitsPassEnd: Bool { writerAwaitsPass }
+
+    /// The writer's wait for the pass is over (its deadline passed, or it was woken).
+    mutating func stopAwaitingPassEnd() { writerAwaitsPass = false }
+
+    /// A pass ended (its loop released its replies): true if the writer waits for it, to be woken
+    /// (once).
+    mutating func passEnded() -> Bool {
+        passOpen = false
+        defer { writerAwaitsPass = false }
+        return writerAwaitsPass
+    }
 
     /// Everything appended so far, for the writer; nil stops the writer (the next append restarts it).
     mutating func takeBatch() -> Batch? {

@@ -33,11 +33,6 @@ final class Journal: MutationLog, @unchecked Sendable {
     @exclusivity(unchecked) private var writerStartPending = false
     /// A record ended the writer's wait for returning peers; `recorded()` wakes it. Guarded by `lock`.
     @exclusivity(unchecked) private var writerWakePending = false
-    /// Records were appended that no `recorded()` has followed yet: an event loop's pass over its
-    /// ready peers is still appending. Guarded by `lock`.
-    @exclusivity(unchecked) private var passOpen = false
-    /// The writer waits for that pass to end (`awaitPassEnd`); `recorded()` wakes it. Guarded by `lock`.
-    @exclusivity(unchecked) private var writerAwaitsPass = false
     /// What the writer sleeps on while it waits for returning peers (`awaitReturning`). A
     /// semaphore, whose timeout is on the monotonic clock (a condition's is on the wall clock,
     /// which can be set back) and which keeps a signal given before the wait.
@@ -127,7 +122,6 @@ final class Journal: MutationLog, @unchecked Sendable {
     private func noteWriterNeeds(_ appended: GroupCommit.Appended) -> UInt64 {
         if appended.startWriter { writerStartPending = true }
         if appended.wakeWriter { writerWakePending = true }
-        passOpen = true
         return appended.seq
     }
 
@@ -137,8 +131,9 @@ final class Journal: MutationLog, @unchecked Sendable {
     /// record does it, once. Ends a pass too: a writer waiting for it (`awaitPassEnd`) is woken.
     func recorded() {
         let (start, wake) = lock.withLock {
-            defer { (writerStartPending, writerWakePending, writerAwaitsPass, passOpen) = (false, false, false, false) }
-            return (writerStartPending, writerWakePending || writerAwaitsPass)
+            defer { (writerStartPending, writerWakePending) = (false, false) }
+            let passWake = commit.passEnded()
+            return (writerStartPending, writerWakePending || passWake)
         }
         if start { queue.async { self.drain() } }
         if wake { returned.signal() }
@@ -239,14 +234,10 @@ final class Journal: MutationLog, @unchecked Sendable {
     /// With records pending from a pass that is still appending, waits until its loop ends the pass
     /// (`recorded()`), at most as long as the last write and fsync took (within 100 µs–1 ms).
     private func awaitPassEnd(for nanoseconds: UInt64) {
-        guard lock.withLock({ () -> Bool in
-            guard commit.hasPending, passOpen else { return false }
-            writerAwaitsPass = true
-            return true
-        }) else { return }
+        guard lock.withLock({ commit.awaitPassEnd() }) else { return }
         let deadline = DispatchTime.now() + .nanoseconds(Int(min(max(nanoseconds, 100_000), Self.maxReturnWait)))
-        while lock.withLock({ writerAwaitsPass }), returned.wait(timeout: deadline) == .success {}
-        lock.withLock { writerAwaitsPass = false }
+        while lock.withLock({ commit.awaitsPassEnd }), returned.wait(timeout: deadline) == .success {}
+        lock.withLock { commit.stopAwaitingPassEnd() }
     }
 
     private static let maxReturnWait: UInt64 = 1_000_000

@@ -90,4 +90,35 @@ import Testing
         commit.stopAwaitingReturn()
         #expect(wakes(&commit, 2) == [false, false])
     }
+
+    @Test("a writer that finds a pass still appending waits for its end, which wakes it once")
+    func awaitPassEndWokenByTheEndOfThePass() throws {
+        var commit = try afterBatch(of: 3)
+        _ = wakes(&commit, 2)
+        let waits = commit.awaitPassEnd()
+        #expect(waits && commit.awaitsPassEnd)
+        let woken = commit.passEnded()
+        #expect(woken && !commit.awaitsPassEnd, "the end of the pass wakes the waiting writer")
+        let again = commit.passEnded()
+        #expect(!again, "once")
+    }
+
+    @Test("no wait for a pass when nothing is pending, or when the pass that appended ended already")
+    func awaitPassEndSkipped() throws {
+        var commit = try afterBatch(of: 3)
+        let idle = commit.awaitPassEnd()
+        #expect(!idle, "nothing pending")
+        _ = wakes(&commit, 2)
+        let nobody = commit.passEnded()
+        #expect(!nobody, "no writer waits")
+        let ended = commit.awaitPassEnd()
+        #expect(!ended && !commit.awaitsPassEnd, "the records' pass ended")
+        // A wait given up at its deadline: the pass's end later wakes nothing.
+        _ = wakes(&commit, 1)
+        let waits = commit.awaitPassEnd()
+        #expect(waits)
+        commit.stopAwaitingPassEnd()
+        let late = commit.passEnded()
+        #expect(!late)
+    }
 }
