@@ -399,7 +399,6 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         guard !turn.isEmpty else { return }
         var nextCall = 0
         var index = 0
-        var logged = false
         // Entries and reply bytes are read in place: copying an entry out retained its
         // connection and its three strings, and a slice of a buffer retained the buffer, each
         // released again, for every request (~10% of a get's instructions were such counting).
@@ -408,9 +407,10 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
                 turn.out.removeAllIfAny(keepingCapacity: true)
                 turn.outcomes.removeAllIfAny(keepingCapacity: true)
                 if nextCall < turn.calls.count {
-                    let ran = dispatcher.run(
+                    // The journal's writer starts when the held replies are released (`releaseHeld`):
+                    // every logged mutation holds its reply.
+                    dispatcher.run(
                         turn.calls[nextCall...], into: &turn.out, outcomes: &turn.outcomes, maxBytes: TurnBatch.maxReplyBytes, startingLog: false)
-                    logged = logged || ran
                 }
                 turn.out.withUnsafeBytes { out in
                     turn.staged.withUnsafeBytes { staged in
@@ -420,9 +420,6 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             }
         }
         settleHeld(turn, stats)
-        // The journal's writer starts with the held replies' release (`releaseHeld`); a logged
-        // mutation holds its reply, so this start is a safeguard only.
-        if logged && turn.held.items.isEmpty { durability?.recorded() }
         turn.reset { $0.endDeferredReplies() }
     }
 

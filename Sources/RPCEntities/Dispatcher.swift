@@ -270,14 +270,13 @@ public final class Dispatcher: @unchecked Sendable {
     /// One lock for a loop's whole turn of requests, not one per request: the other loops then
     /// rarely find it taken.
     /// Stops early, after at least one call, once the replies passed `maxBytes`.
-    /// Returns whether a mutation was logged. With `startingLog` false the log's `recorded()` is
-    /// the caller's to call (an event loop calls it once its pass over the ready peers is done,
-    /// so that the pass's mutations share the journal writer's next fsync).
-    @discardableResult
+    /// With `startingLog` false the log's `recorded()` is the caller's to call (an event loop
+    /// calls it once its pass over the ready peers is done, so that the pass's mutations share
+    /// the journal writer's next fsync).
     public func run(
         _ calls: ArraySlice<Call>, into out: inout [UInt8], outcomes: inout [(served: Served, end: Int)], maxBytes: Int = .max,
         startingLog: Bool = true
-    ) -> Bool {
+    ) {
         var logged = false
         lock.lock()
         defer {
@@ -285,7 +284,6 @@ public final class Dispatcher: @unchecked Sendable {
             if logged && startingLog { log?.recorded() }
         }
         logged = run(calls, state: &state, readOnly: readOnlyMessage, into: &out, outcomes: &outcomes, maxBytes: maxBytes)
-        return logged
     }
 
     /// `run` with the lock held: the state is one `inout` access for the whole batch (each access
