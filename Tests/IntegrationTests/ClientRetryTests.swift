@@ -128,6 +128,8 @@ struct ClientRetryTests {
         let sent = spawn { try await client.call(CreateUser(id: "u1", name: "Ada", email: "a@x"), timeout: .seconds(12)) }
         try await daemon.waitForUnreadRequest()
         daemon.stop()  // the create was written; no daemon comes back
+        let hold = try PortHold(port: daemon.port)
+        defer { withExtendedLifetime(hold) {} }
         try await Task.sleep(for: .milliseconds(100))
         let started = Date()
         let never = await spawn { try await client.call(GetUser(userId: "u1"), timeout: .milliseconds(500)) }.result

@@ -237,6 +237,8 @@ struct ClientTests {
         let client = try await RPCClient.connect(host: "127.0.0.1", port: daemon.port, options: RPCClientOptions(reconnect: policy))
         defer { client.close() }
         daemon.stop()
+        let hold = try PortHold(port: daemon.port)
+        defer { withExtendedLifetime(hold) {} }
         try await Task.sleep(for: .milliseconds(100))
         let started = Date()
         do {

@@ -76,3 +76,32 @@ func freeLoopbackPort() throws -> Int {
     guard ok else { throw HarnessError("could not find a free port: errno \(errno)") }
     return Int(UInt16(bigEndian: addr.sin_port))
 }
+
+/// A loopback port kept from every other test while a client retries it: bound, never listening,
+/// so each connect is refused. A port a stopped daemon let go is the kernel's to hand out again,
+/// and another test's daemon (listening on port 0) took one within a client's 12 s of retries.
+final class PortHold {
+    private let fd: Int32
+
+    init(port: Int) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw HarnessError("socket: errno \(errno)") }
+        // The stopped daemon's closed connections may linger in TIME_WAIT on this port.
+        var on: Int32 = 1
+        _ = setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size))
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        addr.sin_port = UInt16(port).bigEndian
+        let bound = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        }
+        guard bound else {
+            let code = errno
+            closeOwned(fd, "PortHold")
+            throw HarnessError("could not hold port \(port): errno \(code)")
+        }
+    }
+
+    deinit { closeOwned(fd, "PortHold") }
+}
