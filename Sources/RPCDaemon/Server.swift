@@ -381,13 +381,6 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         subscriber.pump()
     }
 
-    /// A connection's read is done: its requests are answered now (one hold of the state lock for
-    /// all the lines of the read), so each peer's replies leave right after its own read, not at
-    /// the end of a turn that also reads many other peers.
-    func connectionDidReadLines(_ connection: Connection) {
-        finish(turns[connection.loop.index], loopState(connection))
-    }
-
     func connectionDidDrain(_ connection: Connection) {
         (connection.context as? SessionBox)?.subscriber?.pump()
     }

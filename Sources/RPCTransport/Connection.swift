@@ -16,14 +16,10 @@ public protocol ConnectionDelegate: AnyObject, Sendable {
     /// Output that had to wait for the peer is all sent (only with `notifiesDrain` set): a
     /// producer that stopped at its window may write more.
     func connectionDidDrain(_ connection: Connection)
-    /// The lines of this turn's reads from the peer are all delivered; the connection flushes
-    /// right after. An owner that gathers lines answers them here.
-    func connectionDidReadLines(_ connection: Connection)
 }
 
 extension ConnectionDelegate {
     public func connectionDidDrain(_ connection: Connection) {}
-    public func connectionDidReadLines(_ connection: Connection) {}
 }
 
 /// One peer: a non-blocking fd registered with its loop's epoll set, a line framer, and a bounded
@@ -232,10 +228,9 @@ public final class Connection: @unchecked Sendable {
             reportInput()
             if n < loop.readBuffer.count && !untilEOF { break }
         }
-        delegate?.connectionDidReadLines(self)
         // A flush with nothing to send, no write interest to drop and the peer still sending
         // would change nothing (pausing and EOF update the interest themselves): skipped, as it
-        // is after nearly every read, whose replies the owner flushed already (~150 instructions).
+        // is after nearly every read, whose replies the owner sends later (~150 instructions).
         if !outbound.isEmpty || interest.contains(.write) || readClosed { flush() }
     }
 
