@@ -48,7 +48,8 @@ final class TurnBatch: @unchecked Sendable {
     /// Replies written by `Dispatcher.run`, and where each ends (reused from turn to turn).
     @exclusivity(unchecked) var out: [UInt8] = []
     @exclusivity(unchecked) var outcomes: [(served: Dispatcher.Served, end: Int)] = []
-    /// The connections told to expect deferred replies (`beginDeferredReplies`).
+    /// The connections told to expect deferred replies (`beginDeferredReplies`), once for each run
+    /// of their lines among the entries.
     @exclusivity(unchecked) private var deferring: [Connection] = []
     /// Replies that wait for the journal, from this batch and the earlier ones of the loop's turn:
     /// the server releases them together when the turn's pass ends (`Server.releaseHeld`).
@@ -63,8 +64,11 @@ final class TurnBatch: @unchecked Sendable {
     var isFull: Bool { entries.count >= Self.maxEntries }
 
     func add(_ entry: consuming Entry) {
-        // A batch holds one peer's read, so this is nearly always the last one (no hashing).
-        if deferring.last !== entry.connection, !deferring.contains(where: { $0 === entry.connection }) {
+        // A peer's lines come together (one read), so only the last peer is compared: a search
+        // of the list cost a pass of hundreds of peers that many comparisons per request. A peer
+        // that comes back later in the pass is told twice, and told twice at the reset (the
+        // connection counts them).
+        if deferring.last !== entry.connection {
             entry.connection.beginDeferredReplies()
             deferring.append(entry.connection)
         }
