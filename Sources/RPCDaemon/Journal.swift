@@ -223,21 +223,29 @@ final class Journal: MutationLog, @unchecked Sendable {
     /// every 20 µs, and each sleep took ~95 µs on a 2-core VM (timer slack and wake-up).
     private func awaitReturning(_ records: UInt64, for nanoseconds: UInt64) {
         guard records > 1 else { return }
-        let deadline = DispatchTime.now() + .nanoseconds(Int(min(max(nanoseconds, Self.minReturnWait), Self.maxReturnWait)))
+        let deadline = Self.waitDeadline(nanoseconds, atLeast: Self.minReturnWait)
         guard lock.withLock({ commit.awaitReturn(records) }) else { return }
-        // A signal left over from a wait that timed out as its target was reached ends one
-        // wait early: the loop asks again.
-        while lock.withLock({ commit.awaitsReturn }), returned.wait(timeout: deadline) == .success {}
-        lock.withLock { commit.stopAwaitingReturn() }
+        awaitWake(until: deadline, while: { $0.awaitsReturn }, then: { $0.stopAwaitingReturn() })
     }
 
     /// With records pending from a pass that is still appending, waits until its loop ends the pass
     /// (`recorded()`), at most as long as the last write and fsync took (within 100 µs–1 ms).
     private func awaitPassEnd(for nanoseconds: UInt64) {
         guard lock.withLock({ commit.awaitPassEnd() }) else { return }
-        let deadline = DispatchTime.now() + .nanoseconds(Int(min(max(nanoseconds, 100_000), Self.maxReturnWait)))
-        while lock.withLock({ commit.awaitsPassEnd }), returned.wait(timeout: deadline) == .success {}
-        lock.withLock { commit.stopAwaitingPassEnd() }
+        awaitWake(until: Self.waitDeadline(nanoseconds, atLeast: Self.minPassWait), while: { $0.awaitsPassEnd }, then: { $0.stopAwaitingPassEnd() })
+    }
+
+    /// `nanoseconds` from now, kept within `atLeast`…`maxReturnWait`.
+    private static func waitDeadline(_ nanoseconds: UInt64, atLeast floor: UInt64) -> DispatchTime {
+        DispatchTime.now() + .nanoseconds(Int(min(max(nanoseconds, floor), maxReturnWait)))
+    }
+
+    /// Sleeps on `returned` (signalled by `recorded()`) while the commit says the writer still
+    /// waits, until `deadline`; then ends the wait in the commit. A signal left over from a wait
+    /// that timed out as its condition was met ends one sleep early: the loop asks again.
+    private func awaitWake(until deadline: DispatchTime, while waiting: (GroupCommit) -> Bool, then stop: (inout GroupCommit) -> Void) {
+        while lock.withLock({ waiting(commit) }), returned.wait(timeout: deadline) == .success {}
+        lock.withLock { stop(&commit) }
     }
 
     private static let maxReturnWait: UInt64 = 1_000_000
@@ -247,6 +255,8 @@ final class Journal: MutationLog, @unchecked Sendable {
     /// 50 × 1 fell into small batches in about one run of three (62k against 82k/s, twice the
     /// fsyncs). With this floor, eight runs of eight were 79–85k/s.
     private static let minReturnWait: UInt64 = 300_000
+    /// The least a writer waits for a pass to end (`awaitPassEnd`).
+    private static let minPassWait: UInt64 = 100_000
 
     private func write(_ batch: GroupCommit.Batch) throws(Errno) {
         if let rotation = batch.rotation {

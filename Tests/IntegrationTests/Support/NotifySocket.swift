@@ -61,12 +61,19 @@ final class NotifySocket {
 }
 
 /// A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it, close).
-func freeLoopbackPort() throws -> Int {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { closeOwned(fd, "freeLoopbackPort") }
+/// 127.0.0.1:`port` (0: any free port, at bind).
+func loopbackAddress(port: Int) -> sockaddr_in {
     var addr = sockaddr_in()
     addr.sin_family = sa_family_t(AF_INET)
     addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+    addr.sin_port = UInt16(clamping: port).bigEndian
+    return addr
+}
+
+func freeLoopbackPort() throws -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { closeOwned(fd, "freeLoopbackPort") }
+    var addr = loopbackAddress(port: 0)
     var length = socklen_t(MemoryLayout<sockaddr_in>.size)
     let ok = withUnsafeMutablePointer(to: &addr) {
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
@@ -89,10 +96,7 @@ final class PortHold {
         // The stopped daemon's closed connections may linger in TIME_WAIT on this port.
         var on: Int32 = 1
         _ = setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size))
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        addr.sin_port = UInt16(port).bigEndian
+        var addr = loopbackAddress(port: port)
         let bound = withUnsafePointer(to: &addr) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
         }
