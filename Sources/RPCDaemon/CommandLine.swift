@@ -31,6 +31,13 @@ public struct ServeOptions: Equatable, Sendable {
     public var maxConnections = 10_000
     /// Seconds without a complete request before a connection is closed. 0 = never.
     public var idleTimeout: Double = 300
+    /// Seconds a line may take from its first byte to its newline (a peer dribbling bytes is
+    /// never idle). 0 = never.
+    public var lineTimeout: Double = 30
+    /// Seconds a connection that must authenticate has to do so. 0 = never.
+    public var authTimeout: Double = 10
+    /// Connections waiting to authenticate at once; 0 = automatic (`unauthenticatedCap`).
+    public var maxUnauthenticated = 0
     /// Event loops (threads serving connections); 0 = automatic, see `loopCount`.
     public var eventLoops = 0
     /// Seconds a loop that mostly waits for its peers polls for the next request before it
@@ -53,6 +60,13 @@ public struct ServeOptions: Equatable, Sendable {
     public var setByFlags: Set<String> = []
 
     public static let defaultListen = "127.0.0.1:7878"
+
+    /// How many connections may wait to authenticate at once: always fewer than `maxConnections`,
+    /// so authenticated peers keep room; by default three quarters of it (1024 without a limit).
+    public var unauthenticatedCap: Int {
+        let wanted = maxUnauthenticated > 0 ? maxUnauthenticated : (maxConnections > 0 ? maxConnections - maxConnections / 4 : 1024)
+        return maxConnections > 1 ? max(1, min(wanted, maxConnections - 1)) : max(1, wanted)
+    }
 
     public init() {}
 
@@ -142,6 +156,14 @@ public enum CommandLineParser {
                                    \(SettingRanges.describe(seconds: SettingRanges.busyPoll, zero: "never")))
           --idle-timeout SECONDS   close a connection with no I/O and no reply owed for that long (default 300;
                                    \(SettingRanges.describe(seconds: SettingRanges.idleTimeout, zero: "never")))
+          --line-timeout SECONDS   close a connection whose line has not ended this long after its first byte
+                                   (a peer dribbling bytes is never idle; default 30;
+                                   \(SettingRanges.describe(seconds: SettingRanges.idleTimeout, zero: "never")))
+          --auth-timeout SECONDS   close a connection that must authenticate and has not within this time
+                                   (default 10; \(SettingRanges.describe(seconds: SettingRanges.idleTimeout, zero: "never")))
+          --max-unauthenticated N  connections waiting to authenticate at once, always fewer than
+                                   max-connections; past it the oldest waiting one is closed (default 0:
+                                   three quarters of max-connections; \(SettingRanges.describe(count: SettingRanges.maxConnections, zero: "automatic")))
           --auth-file PATH         principals that authenticate with system.auth, NAME ROLE SECRET-HASH per line
                                    (rpcd auth add writes them); default none, or $CREDENTIALS_DIRECTORY/auth
                                    if it exists (systemd's LoadCredential=auth:/etc/rpcd/auth)
@@ -210,6 +232,14 @@ public enum CommandLineParser {
                 options.busyPoll = try checked(flag, try value()) { ConfigValue.seconds($0, in: SettingRanges.busyPoll, zero: "never") }
             case "--idle-timeout":
                 options.idleTimeout = try checked(flag, try value()) { ConfigValue.seconds($0, in: SettingRanges.idleTimeout, zero: "never") }
+            case "--line-timeout":
+                options.lineTimeout = try checked(flag, try value()) { ConfigValue.seconds($0, in: SettingRanges.idleTimeout, zero: "never") }
+            case "--auth-timeout":
+                options.authTimeout = try checked(flag, try value()) { ConfigValue.seconds($0, in: SettingRanges.idleTimeout, zero: "never") }
+            case "--max-unauthenticated":
+                options.maxUnauthenticated = try checked(flag, try value()) {
+                    ConfigValue.count($0, in: SettingRanges.maxConnections, zero: "automatic")
+                }
             case "--listen":
                 let text = try value()
                 guard SocketAddress(parsing: text) != nil else {
@@ -265,7 +295,8 @@ public enum CommandLineParser {
         "--group-commit-delay": "group_commit_delay",
         "--max-frame-bytes": "max_frame_bytes", "--max-output-bytes": "max_output_bytes",
         "--max-connections": "max_connections", "--idle-timeout": "idle_timeout", "--event-loops": "event_loops",
-        "--busy-poll": "busy_poll",
+        "--busy-poll": "busy_poll", "--line-timeout": "line_timeout", "--auth-timeout": "auth_timeout",
+        "--max-unauthenticated": "max_unauthenticated",
         "--max-input-bytes": "max_input_bytes", "--compact-after-bytes": "compact_after_bytes",
         "--idempotency-keys": "idempotency_keys", "--idempotency-window": "idempotency_window",
     ].merging(AccessSettings.flags) { first, _ in first }

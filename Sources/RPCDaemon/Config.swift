@@ -12,7 +12,7 @@ public enum Config {
     /// The keys a file may set, in the order `check-config` prints them.
     public static let keys = [
         "listen", "data_dir", "fsync", "group_commit_delay", "compact_after_bytes", "max_frame_bytes", "max_output_bytes", "max_input_bytes",
-        "max_connections", "idle_timeout", "event_loops", "busy_poll", "idempotency_keys", "idempotency_window", "log_level",
+        "max_connections", "idle_timeout", "line_timeout", "auth_timeout", "max_unauthenticated", "event_loops", "busy_poll", "idempotency_keys", "idempotency_window", "log_level",
     ] + AccessSettings.keys
     /// Keys that may appear more than once (each adds a value).
     static let repeatable: Set<String> = ["listen"]
@@ -151,6 +151,21 @@ public enum Config {
             case .success(let seconds): options.idleTimeout = seconds
             case .failure(let problem): return "idle_timeout \"\(value)\" \(problem.reason)"
             }
+        case "line_timeout":
+            switch ConfigValue.seconds(value, in: SettingRanges.idleTimeout, zero: "never") {
+            case .success(let seconds): options.lineTimeout = seconds
+            case .failure(let problem): return "line_timeout \"\(value)\" \(problem.reason)"
+            }
+        case "auth_timeout":
+            switch ConfigValue.seconds(value, in: SettingRanges.idleTimeout, zero: "never") {
+            case .success(let seconds): options.authTimeout = seconds
+            case .failure(let problem): return "auth_timeout \"\(value)\" \(problem.reason)"
+            }
+        case "max_unauthenticated":
+            switch ConfigValue.count(value, in: SettingRanges.maxConnections, zero: "automatic") {
+            case .success(let n): options.maxUnauthenticated = n
+            case .failure(let problem): return "max_unauthenticated \"\(value)\" \(problem.reason)"
+            }
         case "log_level":
             guard let level = LogLevel(name: value) else { return "log_level \"\(value)\" is not one of debug, info, warning, error" }
             options.logLevel = level
@@ -176,6 +191,9 @@ public enum Config {
             case "idempotency_window": options.idempotencyWindow = flags.idempotencyWindow
             case "max_connections": options.maxConnections = flags.maxConnections
             case "idle_timeout": options.idleTimeout = flags.idleTimeout
+            case "line_timeout": options.lineTimeout = flags.lineTimeout
+            case "auth_timeout": options.authTimeout = flags.authTimeout
+            case "max_unauthenticated": options.maxUnauthenticated = flags.maxUnauthenticated
             case "event_loops": options.eventLoops = flags.eventLoops
             case "busy_poll": options.busyPoll = flags.busyPoll
             case "log_level": options.logLevel = flags.logLevel
@@ -200,6 +218,9 @@ public enum Config {
         lines.append("idempotency_window = \(ConfigValue.render(seconds: options.idempotencyWindow))")
         lines.append("max_connections = \(options.maxConnections)")
         lines.append("idle_timeout = \(ConfigValue.render(seconds: options.idleTimeout))")
+        lines.append("line_timeout = \(ConfigValue.render(seconds: options.lineTimeout))")
+        lines.append("auth_timeout = \(ConfigValue.render(seconds: options.authTimeout))")
+        lines.append("max_unauthenticated = \(options.maxUnauthenticated)")
         lines.append("event_loops = \(options.eventLoops)")
         lines.append("busy_poll = \(ConfigValue.render(shortSeconds: options.busyPoll))")
         lines.append("log_level = \(options.logLevel)")

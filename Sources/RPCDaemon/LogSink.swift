@@ -55,11 +55,16 @@ public final class LogSink: @unchecked Sendable {
     }
 
     /// Queues one line; returns at once whatever the fd does.
+    static let maxWindows = 1024
+
     func post(_ level: LogLevel, _ text: String, key: String?, format: LogFormat) {
         let now = DispatchTime.now().uptimeNanoseconds
         condition.lock()
         defer { condition.unlock() }
         self.format = format
+        // Keys may name a peer's host: past `maxWindows` open windows the rest share one.
+        var key = key
+        if let named = key, windows[named] == nil, windows.count >= Self.maxWindows { key = "(more sources)" }
         if let key {
             if var window = windows[key], Double(now &- window.start) < rateWindow * 1e9 {
                 window.suppressed += 1

@@ -1,4 +1,5 @@
 import Foundation
+import RPCSchema
 
 /// How much the daemon says.
 public enum LogLevel: Int, Comparable, Sendable, CaseIterable, CustomStringConvertible {
@@ -53,7 +54,8 @@ public struct Logger: Sendable {
     /// logged and the rest are counted, then summed up: "… and 4,999 more in the last 10 s".
     public func log(_ level: LogLevel, key: String? = nil, _ message: @autoclosure () -> String) {
         guard level >= self.level else { return }
-        sink.post(level, message().replacingOccurrences(of: "\n", with: " "), key: key, format: format)
+        // Peer-controlled text reaches messages (names, methods, addresses): one escape for all of it.
+        sink.post(level, Echo.escaped(message()), key: key, format: format)
     }
 
     public func debug(_ message: @autoclosure () -> String) { log(.debug, message()) }

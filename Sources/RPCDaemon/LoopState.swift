@@ -106,38 +106,32 @@ final class LoopState: @unchecked Sendable {
         return snapshot
     }
 
-    // MARK: - Idle timeout: one timer per loop, not one per connection
+    // MARK: - Timeouts: one timer per loop, not one per connection
 
-    /// Closes connections with no I/O and nothing owed for `seconds`, checked a few times per period.
-    func startIdleSweep(seconds: Double, log: Logger) {
-        guard seconds > 0 else { return }
+    /// Runs `check` over the loop's open connections every `period` seconds (on the loop's
+    /// queue); `check` closes what has run out of time. Nothing when `period` is 0.
+    func startSweep(period: Double, _ check: @escaping @Sendable (Connection, UInt64) -> Void) {
+        guard period > 0 else { return }
         loop.queue.async { [self] in
-            let period = min(1.0, max(0.05, seconds / 4))
             let timer = DispatchSource.makeTimerSource(queue: loop.queue)
             timer.schedule(deadline: .now() + period, repeating: period, leeway: .milliseconds(Int(period * 250)))
-            timer.setEventHandler { [unowned self] in self.sweep(seconds: seconds, log: log) }
+            timer.setEventHandler { [unowned self] in
+                loop.preconditionOnLoop()
+                let now = DispatchTime.now().uptimeNanoseconds
+                for connection in connections.values { check(connection, now) }
+            }
             sweepTimer = timer
             timer.resume()
         }
     }
 
-    func stopIdleSweep() {
+    /// A connection closed by the idle timeout, for `system.stats`.
+    func countIdleClose() { idleClosed += 1 }
+
+    func stopSweep() {
         loop.queue.async { [self] in
             sweepTimer?.cancel()
             sweepTimer = nil
-        }
-    }
-
-    private func sweep(seconds: Double, log: Logger) {
-        loop.preconditionOnLoop()
-        let now = DispatchTime.now().uptimeNanoseconds
-        // Clamped: a config value too large for nanoseconds means "practically never".
-        let limit = seconds * 1e9 < Double(UInt64.max / 2) ? UInt64(seconds * 1e9) : UInt64.max / 2
-        // Idle: nothing read or written for the period, and no reply owed (a slow reader is not idle).
-        for connection in connections.values where connection.isIdle(now: now, longerThan: limit) {
-            idleClosed += 1
-            log.debug("connection \(connection.id): no I/O for \(ConfigValue.render(seconds: seconds)) s and nothing owed; closing")
-            connection.close(.closedByServer("idle for more than \(ConfigValue.render(seconds: seconds)) s"))
         }
     }
 }

@@ -64,7 +64,7 @@ extension Daemon {
         guard let (state, journal) = openState(options, log: log) else { return 1 }
         let context = DaemonContext(log: log)
         if let reloader {
-            context.setAuthenticator { name, token in reloader.authenticate(name: name, token: token)?.role }
+            context.setAuthenticator { name, token in reloader.authenticate(name: name, token: token) }
         }
         // `consume`: a copy of the state left alive here would share every record shard with the
         // dispatcher's, so each change would go to the overlays instead of the shards, for good.
@@ -96,7 +96,8 @@ extension Daemon {
                 dispatcher: dispatcher, durability: journal,
                 limits: Connection.Limits(maxFrameBytes: options.maxFrameBytes, maxOutputBytes: options.maxOutputBytes),
                 loopCount: loopCount, log: log,
-                maxConnections: options.maxConnections, idleTimeout: options.idleTimeout, maxInputBytes: options.maxInputBytes,
+                maxConnections: options.maxConnections, idleTimeout: options.idleTimeout, lineTimeout: options.lineTimeout,
+                authTimeout: options.authTimeout, maxUnauthenticated: options.unauthenticatedCap, maxInputBytes: options.maxInputBytes,
                 access: policy.connectionAccess, journalStats: { journal.stats() }, feed: feed, busyPoll: options.busyPoll)
             server.replicationStats = {
                 var stats = follower?.stats ?? ReplicationStats(role: "leader", sequence: Int(clamping: feed.sequences.durable))
@@ -117,6 +118,12 @@ extension Daemon {
             return 1
         }
         log.info("access: \(policy.summary)")
+        if options.follow != nil && followCredentials != nil && policy.authFile == nil {
+            let warning = "this follower authenticates to its leader but has no auth_file of its own: any peer that reaches it "
+                + "reads the leader's data without a token; give it an auth file (rpcd auth add NAME read --file PATH, then auth_file = PATH)"
+            log.warning(warning)
+            context.warnings.append(warning)
+        }
         log.info(
             "rpcd \(CommandLineParser.version) serving; config \(Config.path(for: flags, environment: environment)?.path ?? "none (defaults)"), "
                 + "data dir \(options.dataDir), max_connections \(options.maxConnections), idle_timeout \(ConfigValue.render(seconds: options.idleTimeout)) s, "

@@ -37,6 +37,16 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     }
     /// Seconds; 0 = never.
     let idleTimeout: Double
+    /// Seconds a line may take from its first byte to its end; 0 = never.
+    let lineTimeout: Double
+    /// Seconds a connection that must authenticate has to; 0 = never.
+    let authTimeout: Double
+    /// Connections that must authenticate and have not, oldest (lowest id) first; at most
+    /// `maxUnauthenticated`, the oldest closed to make room. Guarded by `lock`.
+    private var unauthenticated: [UInt64] = []
+    let maxUnauthenticated: Int
+    /// Peer hosts whose HTTP request was logged lately (one line per host, not per request); guarded by `lock`.
+    private var httpLogged: Set<String> = []
     let startedAt = DispatchTime.now().uptimeNanoseconds
     /// The journal's figures for `system.stats` (nil until there is a journal).
     let journalStats: (@Sendable () -> JournalStats)?
@@ -76,16 +86,24 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         @exclusivity(unchecked) var scratch: [UInt8] = []
         /// Set once the connection subscribed to the change feed.
         @exclusivity(unchecked) var subscriber: Subscriber?
+        /// No line has come yet (an HTTP request line then gets an HTTP answer).
+        @exclusivity(unchecked) var firstLine = true
+        /// Must authenticate and has not yet (counted in `Server.unauthenticated`).
+        @exclusivity(unchecked) var awaitingAuth = false
+        /// The listener's address, for messages that say how to reach it.
+        let listener: String
 
-        init(turn: TurnBatch, stats: LoopState) {
+        init(turn: TurnBatch, stats: LoopState, listener: String) {
             self.turn = Unmanaged.passUnretained(turn)
             self.stats = Unmanaged.passUnretained(stats)
+            self.listener = listener
         }
     }
 
     init(
         dispatcher: Dispatcher, durability: (any MutationLog)?, limits: Connection.Limits, loopCount: Int, log: Logger,
-        maxConnections: Int = 0, idleTimeout: Double = 0, maxInputBytes: Int = Server.defaultMaxInputBytes,
+        maxConnections: Int = 0, idleTimeout: Double = 0, lineTimeout: Double = 0, authTimeout: Double = 0,
+        maxUnauthenticated: Int = 1024, maxInputBytes: Int = Server.defaultMaxInputBytes,
         access: ConnectionAccess = ConnectionAccess(), journalStats: (@Sendable () -> JournalStats)? = nil,
         feed: ReplicationFeed? = nil, busyPoll: Double = 0
     ) throws(Errno) {
@@ -117,10 +135,18 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         self.log = log
         self.maxConnections = maxConnections
         self.idleTimeout = idleTimeout
+        self.lineTimeout = lineTimeout
+        self.authTimeout = authTimeout
+        self.maxUnauthenticated = max(1, maxUnauthenticated)
         self.journalStats = journalStats
         self.loopStates = loops.loops.map { LoopState(loop: $0) }
         self.turns = loops.loops.map { _ in TurnBatch() }
-        for state in loopStates { state.startIdleSweep(seconds: idleTimeout, log: log) }
+        let timeouts = ConnectionTimeouts(idle: idleTimeout, line: lineTimeout, auth: authTimeout)
+        for state in loopStates {
+            state.startSweep(period: timeouts.sweepPeriod) { [unowned self] connection, now in
+                expire(connection, now: now, timeouts: timeouts, state: state)
+            }
+        }
         for (loop, (turn, state)) in zip(loops.loops, zip(turns, loopStates)) {
             loop.onTurnEnd = { [unowned self] in
                 finish(turn, state)
@@ -183,27 +209,41 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             return
         }
         var overloaded = false
+        var evicted: Connection?
+        let mustAuthenticate = decision == .admit(nil, principal: nil)
         let connection: Connection? = lock.withLock {
             guard !stopping else { return nil }
-            if maxConnections > 0 && connections.count >= maxConnections {
-                refusedConnections += 1
-                overloaded = true
-                return nil
+            let full = maxConnections > 0 && connections.count >= maxConnections
+            // Room for a newcomer is made by closing the connection that has waited longest to
+            // authenticate: silent connections cannot lock out a peer with a token.
+            if full || (mustAuthenticate && unauthenticated.count >= maxUnauthenticated) {
+                guard !unauthenticated.isEmpty else {
+                    refusedConnections += 1
+                    overloaded = true
+                    return nil
+                }
+                evicted = connections[unauthenticated.removeFirst()]
             }
             nextID += 1
             totalConnections += 1
             let connection = Connection(
                 fd: fd, id: nextID, peer: peer, loop: loops.nextLoop(), limits: limits, delegate: self)
-            let box = SessionBox(turn: turns[connection.loop.index], stats: loopStates[connection.loop.index])
+            let box = SessionBox(turn: turns[connection.loop.index], stats: loopStates[connection.loop.index], listener: "\(listener)")
             box.session.peer = who
+            box.session.peerHost = credentials.map { "uid \($0.uid)" } ?? peer?.host ?? "?"
             if case .admit(let role, let principal) = decision {
                 box.session.role = role
                 box.session.principal = principal
+            }
+            if mustAuthenticate {
+                box.awaitingAuth = true
+                unauthenticated.append(nextID)
             }
             connection.context = box
             connections[nextID] = connection
             return connection
         }
+        if let evicted { shed(evicted, for: who) }
         guard let connection else {
             if overloaded {
                 let error = RPCError.overloaded(
@@ -267,6 +307,12 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     }
 
     private func receive(_ line: UnsafeRawBufferPointer, on connection: Connection, box: SessionBox, turn: TurnBatch, stats: LoopState) {
+        let first = box.firstLine
+        if first { box.firstLine = false }
+        // A request starts with `{`; only a line that starts with a letter can be another protocol's.
+        if let byte = line.first, byte >= 0x41, CrossProtocol.isHTTP(line) {
+            return refuseHTTP(line, first: first, on: connection, box: box, turn: turn, stats: stats)
+        }
         box.scratch.removeAllIfAny(keepingCapacity: true)
         if let subscriber = box.subscriber, let seq = Self.acknowledgement(line) {
             // A subscriber's acknowledgement, read without parsing its param (one per record).
@@ -300,6 +346,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
                 // Answered now, so the turn's earlier requests first (their replies come first).
                 finish(turn, stats)
                 let served = dispatcher.serve(request.withParam(from: plainParam), session: &box.session, into: &box.scratch)
+                if box.awaitingAuth && box.session.role != nil { stopAwaitingAuth(connection, box: box) }
                 disposition = served.disposition
                 stats.count(served.known ? request.method : LoopState.unknownMethod, failed: served.failed)
             }
@@ -330,6 +377,102 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         if let start = box.session.feed, box.subscriber == nil, feed != nil { startFeed(start, on: connection, box: box) }
         if box.session.closeAfterReply {
             connection.closeAfterFlush(.closedByServer("closed after \(box.session.authFailures) failed system.auth calls"))
+        }
+    }
+
+    /// An HTTP request on the wire: answered with HTTP 400 (first line) or an error (later), and
+    /// the connection closed before anything after the line is run.
+    private func refuseHTTP(
+        _ line: UnsafeRawBufferPointer, first: Bool, on connection: Connection, box: SessionBox, turn: TurnBatch, stats: LoopState
+    ) {
+        finish(turn, stats)  // the replies to earlier lines first
+        stats.count(LoopState.invalidLine, failed: true)
+        if first {
+            connection.send(CrossProtocol.badRequest(listener: box.listener))
+        } else {
+            connection.send { out in
+                RequestCodec.encodeError(
+                    id: "", .invalidRequest("this line is HTTP, not a request: rpcd speaks newline-delimited JSON; closing the connection"),
+                    form: box.session.form ?? .canonical, into: &out)
+            }
+        }
+        connection.closeAfterFlush(.closedByServer("sent an HTTP request (\(Echo.bytes(line.prefix(40), maxBytes: 40))); rpcd speaks newline-delimited JSON"))
+        let host = box.session.peerHost
+        let fresh = lock.withLock {
+            if httpLogged.count >= 256 { httpLogged.removeAll() }
+            return httpLogged.insert(host).inserted
+        }
+        if fresh {
+            log.warning(
+                key: "http",
+                "\(box.session.peer) sent an HTTP request (\(Echo.bytes(line, maxBytes: 40))); answered 400 and closed: "
+                    + "if no one meant to, a web page may be trying to reach rpcd through a browser")
+        }
+    }
+
+    /// A connection that had to authenticate did, or is being closed: it no longer counts against
+    /// `maxUnauthenticated` nor runs against the authentication timeout.
+    private func stopAwaitingAuth(_ connection: Connection, box: SessionBox) {
+        box.awaitingAuth = false
+        lock.withLock { removeUnauthenticated(connection.id) }
+    }
+
+    /// With `lock` held.
+    private func removeUnauthenticated(_ id: UInt64) {
+        // Ids grow with each connection, so the list is sorted.
+        var low = 0
+        var high = unauthenticated.count
+        while low < high {
+            let middle = (low + high) / 2
+            if unauthenticated[middle] < id { low = middle + 1 } else { high = middle }
+        }
+        if low < unauthenticated.count && unauthenticated[low] == id { unauthenticated.remove(at: low) }
+    }
+
+    /// Closes a connection that waited longest to authenticate, to make room for `newcomer`.
+    private func shed(_ connection: Connection, for newcomer: String) {
+        log.warning(
+            key: "unauthenticated-shed",
+            "connection \(connection.id) from \(connection.peer.map { "\($0)" } ?? "?") closed unauthenticated to make room for \(newcomer) "
+                + "(max_unauthenticated \(maxUnauthenticated), max_connections \(maxConnections))")
+        connection.queue.async {
+            guard let box = connection.context as? SessionBox else { return }
+            box.awaitingAuth = false  // out of the list already
+            connection.send { out in
+                RequestCodec.encodeError(
+                    id: "", .overloaded("closed: too many connections wait to authenticate (max_unauthenticated); call system.auth first thing after connecting"),
+                    form: box.session.form ?? .canonical, into: &out)
+            }
+            connection.closeAfterFlush(.closedByServer("closed unauthenticated to make room for a newer connection"))
+        }
+    }
+
+    /// Closes `connection` if one of its timeouts ran out (on its loop's queue, from the sweep).
+    private func expire(_ connection: Connection, now: UInt64, timeouts: ConnectionTimeouts, state: LoopState) {
+        guard let box = connection.context as? SessionBox else { return }
+        switch timeouts.expired(connection, awaitingAuth: box.awaitingAuth, now: now) {
+        case nil:
+            return
+        case .idle:
+            state.countIdleClose()
+            log.debug("connection \(connection.id): no I/O for \(ConfigValue.render(seconds: idleTimeout)) s and nothing owed; closing")
+            connection.close(.closedByServer("idle for more than \(ConfigValue.render(seconds: idleTimeout)) s"))
+        case .line:
+            log.warning(
+                key: "line-timeout",
+                "connection \(connection.id) from \(box.session.peer): a line not ended \(ConfigValue.render(seconds: lineTimeout)) s after it began (line_timeout); closing")
+            connection.close(.closedByServer("a line took more than \(ConfigValue.render(seconds: lineTimeout)) s (line_timeout)"))
+        case .auth:
+            stopAwaitingAuth(connection, box: box)
+            log.warning(
+                key: "auth-timeout",
+                "connection \(connection.id) from \(box.session.peer): not authenticated within \(ConfigValue.render(seconds: authTimeout)) s (auth_timeout); closing")
+            connection.send { out in
+                RequestCodec.encodeError(
+                    id: "", .unauthorized("not authenticated within \(ConfigValue.render(seconds: authTimeout)) s (auth_timeout); call system.auth first thing after connecting"),
+                    form: box.session.form ?? .canonical, into: &out)
+            }
+            connection.closeAfterFlush(.closedByServer("not authenticated within \(ConfigValue.render(seconds: authTimeout)) s"))
         }
     }
 
@@ -530,6 +673,10 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
 
     func connectionDidClose(_ connection: Connection, reason: Connection.CloseReason) {
         loopState(connection).remove(connection)
+        if let box = connection.context as? SessionBox, box.awaitingAuth {
+            box.awaitingAuth = false
+            lock.withLock { removeUnauthenticated(connection.id) }
+        }
         if let subscriber = (connection.context as? SessionBox)?.subscriber {
             feed?.remove(subscriber)
             log.info("replication: subscriber \(subscriber.peer) left (\(reason))")
@@ -552,7 +699,9 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         let open = lock.withLock { Array(connections.values) }
         for connection in open {
             connection.queue.async { [log] in
-                guard let box = connection.context as? SessionBox, let name = box.session.principal, principals.contains(name) else { return }
+                guard let box = connection.context as? SessionBox, let name = box.session.principal,
+                    principals.contains(where: { $0.utf8.elementsEqual(name.utf8) })
+                else { return }
                 log.info("connection \(connection.id): closing, principal \"\(name)\" was removed from the auth file")
                 connection.closeAfterFlush(.closedByServer("principal \"\(name)\" was removed"))
             }
@@ -572,7 +721,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         }
         for listener in listeners { listener.close() }
         acceptQueue.sync {}  // the closes ran: no socket file outlives a quick exit
-        for state in loopStates { state.stopIdleSweep() }
+        for state in loopStates { state.stopSweep() }
         if open.isEmpty { once.run() }
         for connection in open { connection.finish() }
         DispatchQueue.global().asyncAfter(deadline: .now() + grace) { [self] in

@@ -39,10 +39,21 @@ final class DaemonContext: ServiceContext, @unchecked Sendable {
     /// `unowned`, not `weak`: the server outlives every call that reads it, and a weak reference
     /// would give it a side table (slow retains on every loop's request path).
     private unowned var server: Server?
-    private var authenticator: (@Sendable (_ name: String, _ token: String) -> RPCRole?)?
+    private var authenticator: (@Sendable (_ name: String, _ token: String) -> (name: String, role: RPCRole)?)?
+    private var throttle = AuthThrottle()
     private let log: Logger
+    let audit: AuditTrail
+    /// Standing warnings for `system.stats` (set before serving).
+    var warnings: [String] {
+        get { lock.withLock { standingWarnings } }
+        set { lock.withLock { standingWarnings = newValue } }
+    }
+    private var standingWarnings: [String] = []
 
-    init(log: Logger) { self.log = log }
+    init(log: Logger) {
+        self.log = log
+        self.audit = AuditTrail(log: log)
+    }
 
     func attach(_ server: Server) { lock.withLock { self.server = server } }
 
@@ -59,7 +70,7 @@ final class DaemonContext: ServiceContext, @unchecked Sendable {
     }
 
     /// Sets how tokens are checked (nil: no principals, every `system.auth` fails).
-    func setAuthenticator(_ check: (@Sendable (_ name: String, _ token: String) -> RPCRole?)?) {
+    func setAuthenticator(_ check: (@Sendable (_ name: String, _ token: String) -> (name: String, role: RPCRole)?)?) {
         lock.withLock { authenticator = check }
     }
 
@@ -67,16 +78,38 @@ final class DaemonContext: ServiceContext, @unchecked Sendable {
 
     func stats(_ done: @escaping @Sendable (StatsResult) -> Void) {
         guard let server = lock.withLock({ server }) else { return }
-        server.collectStats(done)
+        server.collectStats { [audit, self] result in
+            var result = result
+            let refusals = audit.records
+            result.refusals = refusals.isEmpty ? nil : refusals
+            let warnings = self.warnings
+            result.warnings = warnings.isEmpty ? nil : warnings
+            done(result)
+        }
     }
 
-    func authenticate(name: String, token: String, peer: String) -> RPCRole? {
-        let check = lock.withLock { authenticator }
-        if let role = check?(name, token) {
-            log.info("\(peer): authenticated as \"\(name.prefix(64))\" (role \(role.rawValue))")
-            return role
+    func authenticate(name: String, token: String, session: Session) -> AuthOutcome {
+        let now = DispatchTime.now().uptimeNanoseconds
+        let (check, wait) = lock.withLock { (authenticator, throttle.wait(host: session.peerHost, now: now)) }
+        if let wait {
+            log.warning(key: "auth-throttled", "\(session.peer): system.auth not checked: \(session.peerHost) failed too often lately (wait \(String(format: "%.1f", max(0.1, wait))) s)")
+            return .throttled(retryAfter: wait)
         }
-        log.warning("\(peer): system.auth failed for name \"\(name.prefix(64))\"")
-        return nil
+        if let (principal, role) = check?(name, token) {
+            log.info("\(session.peer): authenticated as \"\(principal)\" (role \(role.rawValue))")
+            return .authenticated(principal: principal, role: role)
+        }
+        let failures = lock.withLock { throttle.failed(host: session.peerHost, now: now) }
+        let delay = AuthThrottle.delay(afterFailures: failures)
+        // Each of a host's first failures is logged; past them, a line per host and window.
+        log.log(
+            .warning, key: failures > AuthThrottle.freeFailures ? "auth-failed-\(session.peerHost)" : nil,
+            "\(session.peer): system.auth failed for name \"\(Echo.text(name))\" (\(failures) failure\(failures == 1 ? "" : "s") from \(session.peerHost) lately"
+                + (delay > 0 ? "; its next try waits \(String(format: "%.1f", delay)) s)" : ")"))
+        return .failed
+    }
+
+    func refused(_ method: RPCMethod, _ error: RPCError, session: Session) {
+        audit.record(method, error, session: session)
     }
 }

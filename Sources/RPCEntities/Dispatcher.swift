@@ -222,6 +222,7 @@ public final class Dispatcher: @unchecked Sendable {
             return .served(Served(disposition: .reply, failed: true, known: false))
         }
         if let refusal = session.refusal(of: entry.method, needing: entry.access) {
+            context?.refused(entry.method, refusal, session: session)
             RequestCodec.encodeError(id: request.id, refusal, form: form, into: &out)
             return .served(Served(disposition: .reply, failed: true, known: true))
         }
@@ -381,7 +382,7 @@ public final class Dispatcher: @unchecked Sendable {
         return Self.withKeyBytes(of: call) { key in
             if let prior = state.keys.lookup(keyBytes: key, hash: hash, now: now) {
                 guard call.pointee.keyed?.matches(prior, body: call.pointee.body) == true else {
-                    let shown = String(decoding: UnsafeBufferPointer(rebasing: key.prefix(128)), as: UTF8.self)
+                    let shown = Echo.bytes(key, maxBytes: 128)
                     return (.keyReused("key \"\(shown)\" was first used with another method or param; use a new key for a new mutation"), nil)
                 }
                 if let error = prior.error { return (error, nil) }
@@ -475,8 +476,8 @@ public final class Dispatcher: @unchecked Sendable {
     public func methodNotFound(_ method: RPCMethod) -> RPCError {
         let known = table.entries.map(\.method)
         let hint = known.contains { $0.entity == method.entity }
-            ? "entity \"\(method.entity)\" has no method \"\(method.name)\""
-            : "there is no entity \"\(method.entity)\""
+            ? "entity \"\(Echo.text(method.entity))\" has no method \"\(Echo.text(method.name))\""
+            : "there is no entity \"\(Echo.text(method.entity))\""
         let names = known.map(\.description)
         let suggestion = Suggestion.hint(for: method.description, among: names)
         return .methodNotFound("\(hint)\(suggestion); methods: \(names.joined(separator: ", "))")

@@ -13,7 +13,10 @@ public struct Session: Sendable {
     public var principal: String?
     /// The peer's address, for logs.
     public var peer: String
-    /// Failed `system.auth` calls on this connection.
+    /// Where the peer comes from, without its port (an IP address, or `uid N` on a Unix socket):
+    /// what failed logins are counted and throttled by across connections.
+    public var peerHost = ""
+    /// Failed `system.auth` calls on this connection; a success does not reset it.
     public var authFailures = 0
     /// Set by a handler: close the connection once the reply is sent (e.g. too many failed logins).
     public var closeAfterReply = false
@@ -54,8 +57,11 @@ public protocol ServiceContext: Sendable {
     var uptimeSeconds: Double { get }
     /// `system.stats`, gathered from every event loop; `done` runs on any thread.
     func stats(_ done: @escaping @Sendable (StatsResult) -> Void)
-    /// The role of principal `name` when `token` is its token; nil otherwise. Logs failures (never the token).
-    func authenticate(name: String, token: String, peer: String) -> RPCRole?
+    /// Checks `token` for principal `name` (byte for byte), unless the peer is throttled for earlier
+    /// failures. Logs the outcome (never the token).
+    func authenticate(name: String, token: String, session: Session) -> AuthOutcome
+    /// A call refused for want of a role (`unauthorized`, `forbidden`): for the audit trail.
+    func refused(_ method: RPCMethod, _ error: RPCError, session: Session)
     /// Failed `system.auth` calls after which a connection is closed.
     var maxAuthFailures: Int { get }
     /// The last durable sequence number and the one the snapshot covers (0: none), for a new
@@ -63,7 +69,19 @@ public protocol ServiceContext: Sendable {
     func feedSequences() -> Result<(durable: UInt64, snapshot: UInt64), RPCError>
 }
 
+/// What `ServiceContext.authenticate` decided.
+public enum AuthOutcome: Sendable, Equatable {
+    /// The token is the principal's: its name as the auth file spells it, and its role.
+    case authenticated(principal: String, role: RPCRole)
+    /// Unknown name or wrong token.
+    case failed
+    /// Not checked: the peer failed too often lately; it may try again after `retryAfter` seconds.
+    case throttled(retryAfter: Double)
+}
+
 extension ServiceContext {
+    public func refused(_ method: RPCMethod, _ error: RPCError, session: Session) {}
+
     public func feedSequences() -> Result<(durable: UInt64, snapshot: UInt64), RPCError> {
         .failure(.internal("this daemon keeps no journal to feed changes from"))
     }

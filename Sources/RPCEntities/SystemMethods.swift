@@ -9,19 +9,25 @@ enum SystemMethods {
             .now(PingResult(version: context.version, uptimeSeconds: context.uptimeSeconds))
         }
         table.service(SystemAuth.self, access: .open) { p, session, context in
-            if let role = context.authenticate(name: p.name, token: p.token, peer: session.peer) {
+            let why: String
+            switch context.authenticate(name: p.name, token: p.token, session: session) {
+            case .authenticated(let principal, let role):
                 session.role = role
-                session.principal = p.name
-                session.authFailures = 0
-                return .now(AuthResult(name: p.name, role: role))
+                session.principal = principal
+                return .now(AuthResult(name: principal, role: role))
+            case .failed:
+                why = "unknown name or wrong token for \"\(Echo.text(p.name))\""
+            case .throttled(let wait):
+                why = "too many failed system.auth calls from \(session.peerHost); the token was not checked, wait \(Self.seconds(wait)) s before trying again"
             }
+            // Failures add up over the connection's life: a success in between does not give more tries.
             session.authFailures += 1
             let left = context.maxAuthFailures - session.authFailures
             if left <= 0 { session.closeAfterReply = true }
             return .failure(.unauthorized(
                 left > 0
-                    ? "unknown name or wrong token for \"\(p.name.prefix(64))\"; check the token file (\(left) more tr\(left == 1 ? "y" : "ies") on this connection)"
-                    : "unknown name or wrong token for \"\(p.name.prefix(64))\"; too many failures, closing the connection"))
+                    ? "\(why); check the token file (\(left) more tr\(left == 1 ? "y" : "ies") on this connection)"
+                    : "\(why); too many failures, closing the connection"))
         }
         table.service(SystemDescribe.self, access: .read) { _, _, context in
             .now(describe(Entities.table, version: context.version))
@@ -32,6 +38,12 @@ enum SystemMethods {
         table.service(ReplicationSubscribe.self, access: .replicate) { p, session, context in
             subscribe(p, session: &session, context: context)
         }
+    }
+
+    /// `1.5` for a wait in seconds, rounded up to a tenth.
+    static func seconds(_ wait: Double) -> String {
+        let tenths = wait.isFinite ? Int(min(max((wait * 10).rounded(.up), 1), 36_000)) : 36_000
+        return "\(tenths / 10).\(tenths % 10)"
     }
 
     /// `replication.subscribe`: checks where the feed can start; the server starts it after the reply.

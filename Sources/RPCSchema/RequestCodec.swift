@@ -154,7 +154,7 @@ public enum RequestCodec {
             return .invalid(id: id ?? "", error: .invalidRequest("the request has no method; add \"method\":\"entity.method\""), form: nil)
         case .string(let text)?:
             guard let parsed = RPCMethod(parsing: text) else {
-                return .invalid(id: id ?? "", error: .methodNotFound("method \"\(text)\" is not of the form entity.method, e.g. user.getUser"), form: .canonical)
+                return .invalid(id: id ?? "", error: .methodNotFound("method \"\(Echo.text(text))\" is not of the form entity.method, e.g. user.getUser"), form: .canonical)
             }
             method = (parsed, .canonical)
         case .object(let seed)?:
@@ -195,7 +195,7 @@ public enum RequestCodec {
             let hint = Suggestion.hint(for: unknown, among: envelopeKeys)
             let known = envelopeKeys.map { "\"\($0)\"" }.joined(separator: ", ")
             return .invalid(
-                id: id ?? "", error: .invalidRequest("\"\(unknown.prefix(64))\" is not a field of a request\(hint) (a request has \(known))"),
+                id: id ?? "", error: .invalidRequest("\"\(Echo.text(unknown))\" is not a field of a request\(hint) (a request has \(known))"),
                 form: form)
         }
         switch object["id"] {

@@ -89,6 +89,10 @@ public struct StatsResult: Codable, Hashable, Sendable {
     public var state: StateStats?
     /// Each event loop's time since the start (absent from older daemons).
     public var loops: [LoopStats]?
+    /// The last calls refused for want of a role, oldest first (absent from older daemons).
+    public var refusals: [RefusalRecord]?
+    /// Warnings an operator should act on, one line each (absent when there are none).
+    public var warnings: [String]?
 
     public init(
         uptimeSeconds: Double, connections: ConnectionStats, requests: Int, errors: Int, methods: [MethodStats],
@@ -102,6 +106,23 @@ public struct StatsResult: Codable, Hashable, Sendable {
         self.bytesIn = bytesIn
         self.bytesOut = bytesOut
         self.journal = journal
+    }
+}
+
+/// A call refused with `unauthorized` or `forbidden` (`system.stats` keeps the last 64).
+public struct RefusalRecord: Codable, Hashable, Sendable {
+    /// Seconds since 1970 (UTC).
+    public var time: Double
+    /// The principal and its address, or the address alone before authentication.
+    public var who: String
+    public var method: String
+    public var code: String
+
+    public init(time: Double, who: String, method: String, code: String) {
+        self.time = time
+        self.who = who
+        self.method = method
+        self.code = code
     }
 }
 

@@ -92,6 +92,11 @@ public final class Connection: @unchecked Sendable {
     @exclusivity(unchecked) private var ownerContext: AnyObject?
     /// Uptime (in nanoseconds) of the last byte read or written; for idle timeouts.
     @exclusivity(unchecked) public private(set) var lastActivityAt: UInt64
+    /// Uptime (in nanoseconds) when the connection was made; for the authentication timeout.
+    public let openedAt: UInt64
+    /// Uptime (in nanoseconds) of the read that began the line not ended yet; 0 while no line is
+    /// under way. For the line timeout: a peer that dribbles a line's bytes is never idle.
+    @exclusivity(unchecked) public private(set) var lineStartedAt: UInt64 = 0
     /// Bytes read from and sent to the peer (for statistics). Read on the loop queue.
     @exclusivity(unchecked) public private(set) var bytesIn: UInt64 = 0
     @exclusivity(unchecked) public private(set) var bytesOut: UInt64 = 0
@@ -140,6 +145,7 @@ public final class Connection: @unchecked Sendable {
         self.delegate = delegate
         self.framer = LineFramer(maxFrameBytes: limits.maxFrameBytes)
         self.lastActivityAt = DispatchTime.now().uptimeNanoseconds
+        self.openedAt = lastActivityAt
     }
 
     deinit {
@@ -218,13 +224,18 @@ public final class Connection: @unchecked Sendable {
             lastActivityAt = loop.now
             guard let delegate else { break }
             framer.feed(UnsafeRawBufferPointer(rebasing: loop.readBuffer[0..<n])) { frame in
-                guard closeReason == nil else { return }
+                // Once the owner closes or stops reading (e.g. on a line that is not ours), the
+                // lines behind it in this read are not served either.
+                guard closeReason == nil, !readClosed else { return }
                 switch frame {
-                case .line(let line): delegate.connection(self, didReceive: line)
+                case .line(let line):
+                    lineStartedAt = 0
+                    delegate.connection(self, didReceive: line)
                 case .tooLarge(let length): delegate.connection(self, didReceiveOversizeLine: length)
                 }
                 flushIfLarge()
             }
+            if lineStartedAt == 0 && framer.isMidLine { lineStartedAt = lastActivityAt }
             reportInput()
             if n < loop.readBuffer.count && !untilEOF { break }
         }

@@ -33,6 +33,9 @@ public struct LineFramer: Sendable {
     /// Bytes held for an unfinished line (for tests and accounting).
     public var bufferedByteCount: Int { partial.count }
 
+    /// A line has begun and not ended (held, or being discarded as too long).
+    public var isMidLine: Bool { !partial.isEmpty || discarding }
+
     /// Feeds a chunk; calls `emit` for each frame completed by it, in order.
     public mutating func feed(_ chunk: UnsafeRawBufferPointer, _ emit: (Frame) throws -> Void) rethrows {
         var start = 0

@@ -82,9 +82,11 @@ struct AuthFile: Sendable, Equatable {
     /// The role of `name` if `token` is its secret; nil otherwise. The token is hashed and the hash
     /// compared in constant time, and an unknown name is compared against a dummy hash the same
     /// way, so the time taken tells neither how much of a token matched nor whether a name exists.
+    /// Names match byte for byte: `String`'s `==` (and so a dictionary's lookup) takes U+212A
+    /// KELVIN SIGN for `K`, which would let a look-alike authenticate and be logged as itself.
     func authenticate(name: String, token: String) -> (name: String, role: RPCRole)? {
         let presented = Token.hash(token)
-        let principal = principals[name]
+        let principal = principals[name].flatMap { $0.name.utf8.elementsEqual(name.utf8) ? $0 : nil }
         let matches = ConstantTime.equal(presented, principal?.secretHash ?? Self.dummyHash)
         guard let principal, matches else { return nil }
         return (principal.name, principal.role)
@@ -112,14 +114,14 @@ struct AuthFile: Sendable, Equatable {
             }
         }
         guard (1...maxNameLength).contains(name.utf8.count), name.utf8.allSatisfy(allowed) else {
-            return "name \"\(name.prefix(80))\" is not 1 to \(maxNameLength) of A-Z a-z 0-9 . _ -; pick a name like app-1"
+            return "name \"\(Echo.text(name, maxBytes: 80))\" is not 1 to \(maxNameLength) of A-Z a-z 0-9 . _ -; pick a name like app-1"
         }
         return nil
     }
 
     /// Why `text` is not a role, with a did-you-mean; nil if it is one.
     static func role(_ text: String) -> Result<RPCRole, Message> {
-        if let role = RPCRole(rawValue: text) { return .success(role) }
+        if let role = RPCRole.allCases.first(where: { $0.rawValue.utf8.elementsEqual(text.utf8) }) { return .success(role) }
         let hint = Suggestion.hint(for: text, among: RPCRole.allCases.map(\.rawValue))
         // A long value may be a token pasted into the wrong column: problems get logged, so it is not repeated.
         let shown = text.utf8.count <= 16 ? "role \"\(text)\"" : "the role (\(text.utf8.count) characters)"
