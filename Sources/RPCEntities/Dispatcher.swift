@@ -174,6 +174,15 @@ public final class Dispatcher: @unchecked Sendable {
             return (id.fingerprint, .string(id.string))
         }
 
+        /// `key` in the namespace of principal `scope`: `scope`, a NUL, `key`.
+        static func scoped(_ key: String, by scope: String) -> String { scope + "\u{0}" + key }
+
+        /// The part of a stored key its client sent (after the scope's NUL, if any), for messages.
+        static func unscoped(_ bytes: UnsafeBufferPointer<UInt8>) -> UnsafeBufferPointer<UInt8> {
+            guard let nul = bytes.firstIndex(of: 0) else { return bytes }
+            return UnsafeBufferPointer(rebasing: bytes[(nul + 1)...])
+        }
+
         init(hash: Int, bytes: Bytes, digest: UInt64, method: RPCMethod, param: JSONValue?, paramInBody: Bool) {
             self.hash = hash
             self.bytes = bytes
@@ -215,6 +224,30 @@ public final class Dispatcher: @unchecked Sendable {
     package func stage(
         _ request: Request, methodAndParam: UnsafeRawBufferPointer? = nil, plainParam: PlainObject? = nil,
         plainKey: UnsafeRawBufferPointer? = nil, session: inout Session, into out: inout [UInt8], calls: inout [Call]
+    ) -> Stage {
+        if let scope = session.principal, request.key != nil || plainKey != nil, table.entry(for: request.method)?.isMutation == true {
+            // A principal's keys are its own: the key table, the journal and the feed hold them as
+            // `NAME\u0000KEY`, so another principal can neither read the outcome nor block the key.
+            let key = request.key ?? plainKey.map { String(decoding: $0, as: UTF8.self) } ?? ""
+            let scoped = Keyed.scoped(key, by: scope)
+            guard scoped.utf8.count <= Request.maxKeyBytes else {
+                let room = Request.maxKeyBytes - scope.utf8.count - 1
+                RequestCodec.encodeError(
+                    id: request.id,
+                    .invalidRequest("\"key\" is \(key.utf8.count) bytes; keys of principal \"\(scope)\" are at most \(room) bytes (\(Request.maxKeyBytes) with its name); use a shorter key"),
+                    form: session.form ?? .canonical, into: &out)
+                return .served(Served(disposition: .reply, failed: true, known: true))
+            }
+            var request = request
+            request.key = scoped
+            return stageRequest(request, methodAndParam: methodAndParam, plainParam: plainParam, plainKey: nil, session: &session, into: &out, calls: &calls)
+        }
+        return stageRequest(request, methodAndParam: methodAndParam, plainParam: plainParam, plainKey: plainKey, session: &session, into: &out, calls: &calls)
+    }
+
+    private func stageRequest(
+        _ request: Request, methodAndParam: UnsafeRawBufferPointer?, plainParam: PlainObject?,
+        plainKey: UnsafeRawBufferPointer?, session: inout Session, into out: inout [UInt8], calls: inout [Call]
     ) -> Stage {
         let form = session.form ?? .canonical
         guard let entry = table.entry(for: request.method) else {
@@ -382,7 +415,7 @@ public final class Dispatcher: @unchecked Sendable {
         return Self.withKeyBytes(of: call) { key in
             if let prior = state.keys.lookup(keyBytes: key, hash: hash, now: now) {
                 guard call.pointee.keyed?.matches(prior, body: call.pointee.body) == true else {
-                    let shown = Echo.bytes(key, maxBytes: 128)
+                    let shown = Echo.bytes(Keyed.unscoped(key), maxBytes: 128)
                     return (.keyReused("key \"\(shown)\" was first used with another method or param; use a new key for a new mutation"), nil)
                 }
                 if let error = prior.error { return (error, nil) }

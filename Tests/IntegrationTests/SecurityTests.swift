@@ -239,4 +239,36 @@ struct SecurityTests {
             #expect(daemon.stderrEventually(contains: "user.deleteUser refused (forbidden)"), "\(daemon.stderrTail())")
         }
     }
+
+    @Test("idempotency keys are scoped by principal: another principal's same key neither reads the outcome nor blocks it, across a restart")
+    func keysPerPrincipal() throws {
+        var principals = try TestPrincipals()
+        defer { principals.cleanUp() }
+        try principals.add("alice", role: .write)
+        try principals.add("bob", role: .write)
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("rpcd-keys-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: dir) }
+        func create(_ c: LineClient, _ id: String) throws -> String {
+            try c.request(#"{"id":"k","method":"user.createUser","param":{"id":"\#(id)","name":"N","email":"e@x"},"key":"shared-key"}"#)
+        }
+        for round in 0..<2 {
+            let daemon = try DaemonProcess(extraArguments: ["--auth-file", principals.file], dataDir: dir)
+            defer { daemon.stop() }
+            let alice = try LineClient(port: daemon.port)
+            let bob = try LineClient(port: daemon.port)
+            #expect(try alice.request(principals.authLine("alice")).contains("authResult"))
+            #expect(try bob.request(principals.authLine("bob")).contains("authResult"))
+            let first = try create(alice, "from-alice")
+            #expect(first.contains("createUserResult") && first.contains("from-alice"), "round \(round): \(first)")
+            let other = try create(bob, "from-bob")
+            #expect(other.contains("createUserResult") && other.contains("from-bob"), "round \(round): bob's key is his own: \(other)")
+            // Each retry gets its own principal's first outcome (after the restart too).
+            #expect(try create(alice, "from-alice") == first)
+            #expect(try create(bob, "from-bob") == other)
+            let mixed = try create(bob, "from-alice")
+            #expect(mixed.contains("keyReused") && mixed.contains(#"key \"shared-key\""#), "\(mixed)")
+            let long = try bob.request(#"{"id":"l","method":"user.createUser","param":{"id":"x","name":"N","email":"e@x"},"key":"\#(String(repeating: "k", count: 126))"}"#)
+            #expect(long.contains("invalidRequest") && long.contains("use a shorter key"), "\(long)")
+        }
+    }
 }
