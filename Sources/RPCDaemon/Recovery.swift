@@ -76,12 +76,16 @@ struct Recovery {
             case .success(let outcome):
                 outcomes.append((path, outcome))
                 guard outcome.tornBytes > 0, mode == .start else { continue }
+                // Kept before the cut, so nothing a crash left is lost to the start that drops it.
+                let saved = outcome.tornRecordBytes > 0 ? try saveTail(of: path, bytes: bytes, from: outcome.validBytes) : nil
                 try truncate(path, to: outcome.validBytes)
-                if outcome.tornRecordBytes > 0 {
+                if let saved {
+                    let what = outcome.tornDescription.map { "bytes after the last newline (\($0))" }
+                        ?? "bytes of an incomplete last record (left by a crash mid-write)"
                     log?.warning(
-                        "\(path): dropped \(outcome.tornRecordBytes) bytes of an incomplete last record (left by a crash mid-write)"
+                        "\(path): dropped \(outcome.tornRecordBytes) \(what)"
                             + (outcome.spaceBytes > 0 ? " and the \(outcome.spaceBytes) bytes of spaces written ahead of it" : "")
-                            + "; the file now ends at byte \(outcome.validBytes), after the last complete record")
+                            + "; the file now ends at byte \(outcome.validBytes), after the last complete record; the cut bytes are saved in \(saved)")
                 } else {
                     log?.info("\(path): dropped the \(outcome.spaceBytes) bytes of spaces written ahead of its end (the daemon stopped without cutting them)")
                 }
@@ -146,6 +150,34 @@ struct Recovery {
             case .copied(let bytes): bytes.withUnsafeBytes(body)
             }
         }
+    }
+
+    /// Writes the bytes of `path` from `offset` on to `PATH.torn-<UTC time>` beside it; returns its path.
+    private static func saveTail(of path: String, bytes: FileBytes, from offset: Int) throws(Failure) -> String {
+        var saved = "\(path).torn-\(Self.fileTime())"
+        for n in 2..<100 where FileIO.exists(saved) { saved = "\(path).torn-\(Self.fileTime())-\(n)" }
+        do {
+            let fd = try FileIO.open(saved, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode: 0o600)
+            defer { FileIO.close(fd) }
+            let tail = bytes.withUnsafeBytes { Array($0[offset...]) }
+            try FileIO.writeAll(fd, tail, path: saved)
+            try FileIO.sync(fd, path: saved)
+            let directory = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
+            try FileIO.syncDirectory(directory.isEmpty ? "/" : directory)
+        } catch {
+            throw Failure(description: "cannot save the bytes after the last record of \(path) to \(saved) before cutting them: \(error); free space or fix the directory's permissions")
+        }
+        return saved
+    }
+
+    /// `20261128T215012Z`: the UTC time, for names of files kept beside the journal.
+    static func fileTime() -> String {
+        var now = time(nil)
+        var parts = tm()
+        gmtime_r(&now, &parts)
+        return String(
+            format: "%04d%02d%02dT%02d%02d%02dZ", Int(parts.tm_year) + 1900, Int(parts.tm_mon) + 1, Int(parts.tm_mday),
+            Int(parts.tm_hour), Int(parts.tm_min), Int(parts.tm_sec))
     }
 
     private static func truncate(_ path: String, to length: Int) throws(Failure) {

@@ -79,39 +79,46 @@ extension JournalRecord {
     /// the journal adds its `seq` and seal. A tail longer than this is not a torn record.
     public static let maxRecordBytes = 64 << 20
 
-    /// Why the bytes after a file's last newline cannot be the beginning of a record cut short by a
-    /// crash mid-write (the only thing a start may drop silently), or nil if they can.
+    /// What the bytes after a file's last newline are when they cannot be the beginning of a record
+    /// cut short by a crash mid-write, or nil if they can. A start cuts them either way (no
+    /// acknowledged record lies there); this is what its warning says they were.
     ///
     /// A writer writes whole lines with one write(2) at the journal's end, so a crash leaves at
     /// most one unfinished line: a prefix of `{"…`, with no control bytes (JSON text escapes
     /// them), no longer than a record, and not a whole sealed record with more bytes after it (a
-    /// damaged newline). Anything else, such as the NUL blocks a file system can leave after a
-    /// power loss, is damage. (The spaces a writer keeps ahead of the end are not passed here:
-    /// `JournalReplay` takes them off first.)
+    /// damaged newline). The NUL blocks a file system can leave after a power loss are something
+    /// else. (The spaces a writer keeps ahead of the end are not passed here: `JournalReplay`
+    /// takes them off first.)
     public static func tornTailProblem(_ tail: UnsafeRawBufferPointer) -> String? {
         let count = tail.count
         guard count <= maxRecordBytes else {
-            return "\(count) bytes with no newline at the end of the file: longer than any record, so not a record cut short"
+            return "longer than any record"
         }
         if let nul = tail.firstIndex(of: 0) {
             let run = tail[nul...].prefix { $0 == 0 }.count
             if run == count {
-                return "\(count) bytes with no newline at the end of the file are all NUL bytes (blocks a file system left unwritten?): damage, not a record cut short"
+                return "all NUL bytes: blocks a file system left unwritten after a power cut?"
             }
-            return "\(count) bytes with no newline at the end of the file hold \(run) NUL bytes from byte \(nul) of them: damage, not a record cut short"
+            return "\(run) NUL bytes from byte \(nul) of them"
         }
         if let control = tail.firstIndex(where: { $0 < 0x20 }) {
-            return "\(count) bytes with no newline at the end of the file hold the control byte 0x\(String(tail[control], radix: 16)) at byte \(control) of them: damage, not a record cut short"
+            return "the control byte 0x\(String(tail[control], radix: 16)) at byte \(control) of them"
         }
         let opening = Array(#"{""#.utf8)
         for i in 0..<min(count, opening.count) where tail[i] != opening[i] {
-            return "\(count) bytes with no newline at the end of the file do not start like a record ({\"): damage, not a record cut short"
+            return "they do not start like a record ({\")"
         }
-        // A whole sealed record followed by more bytes: its newline was damaged.
+        return damagedNewline(tail)
+    }
+
+    /// Why `tail` is a whole sealed record whose newline was overwritten (more bytes follow it,
+    /// and not the NUL blocks of a power cut), or nil. Such a record may have been acknowledged,
+    /// so a start refuses it rather than cutting it.
+    public static func damagedNewline(_ tail: UnsafeRawBufferPointer) -> String? {
         var from = 0
         while let end = sealEnd(in: tail, from: from) {
-            if end < count, case .valid = checksum(of: UnsafeRawBufferPointer(rebasing: tail[..<end])) {
-                return "a complete record followed by \(count - end) more bytes with no newline at the end of the file: its newline is damaged"
+            if end < tail.count, tail[end] != 0, case .valid = checksum(of: UnsafeRawBufferPointer(rebasing: tail[..<end])) {
+                return "a complete record followed by \(tail.count - end) more bytes: its newline is damaged"
             }
             from = end
         }

@@ -57,6 +57,9 @@ public struct JournalReplay {
         /// of the journal's end (so an fsync updates no file size), left there by a crash: after
         /// a torn record, or before one appended to such a file.
         public var spaceBytes = 0
+        /// What the bytes after the last newline were when they could not be the start of a record
+        /// (e.g. NUL blocks); nil for a record cut short or spaces alone.
+        public var tornDescription: String?
         /// Of `tornBytes`, the incomplete record (the rest are spaces).
         public var tornRecordBytes: Int { tornBytes - spaceBytes }
         /// Lines sealed with a checksum, and lines written before checksums.
@@ -149,10 +152,15 @@ public struct JournalReplay {
         let trailing = tail.reversed().prefix { $0 == UInt8(ascii: " ") }.count
         let leading = tail.prefix { $0 == UInt8(ascii: " ") }.count
         outcome.spaceBytes = trailing == tail.count ? trailing : leading + trailing
+        // Whatever else follows the last newline (a record cut short, NUL blocks a file system left
+        // after a power cut, both) cannot hold an acknowledged record: each ended with a newline
+        // that was synced before its reply. The caller cuts it; `tornTailProblem` says what it was.
+        // Only a whole sealed record with a byte other than its newline after it is damage.
         let torn = UnsafeRawBufferPointer(rebasing: tail[leading..<max(leading, tail.count - trailing)])
-        if !torn.isEmpty, let problem = JournalRecord.tornTailProblem(torn) {
-            return .failure(Failure(line: scan.lines + 1, offset: scan.validBytes, reason: problem, kind: .damaged))
+        if let damage = JournalRecord.damagedNewline(torn) {
+            return .failure(Failure(line: scan.lines + 1, offset: scan.validBytes, reason: damage, kind: .damaged))
         }
+        if !torn.isEmpty { outcome.tornDescription = JournalRecord.tornTailProblem(torn) }
         return .success(outcome)
     }
 

@@ -62,18 +62,34 @@ struct JournalChecksumTests {
         }
     }
 
-    @Test("a journal of 4096 NUL bytes refuses to start (it is not a torn record), and so do NULs after records")
-    func nulJournalRefuses() throws {
+    @Test("NUL bytes after the last newline (a power cut) are cut at start with a warning and saved beside the journal; NULs before it refuse")
+    func nulTailIsCutAndSaved() throws {
         let (dir, journal, _) = try threeUserJournal()
         defer { JournalSupport.remove(dir) }
         let records = try Data(contentsOf: journal)
-        for (bytes, line) in [(Data(count: 4096), 1), (records + Data(count: 4096), 4)] {
-            try bytes.write(to: journal)
-            let out = try JournalSupport.failingStart(dir)
-            #expect(out.status == 1, "status \(String(describing: out.status)), stderr: \(out.stderr)")
-            #expect(out.stderr.contains("\(journal.path):\(line): 4096 bytes") && out.stderr.contains("NUL"), "stderr: \(out.stderr)")
-            #expect(try Data(contentsOf: journal) == bytes, "a refused start changed the journal")
+        let partial = Data(#"{"id":"r4","method":"user.cre"#.utf8)
+        let cases: [(tail: Data, users: Set<String>)] = [(Data(count: 4096), []), (Data(count: 4096), ["u0", "u1", "u2"]), (partial + Data(count: 512), ["u0", "u1", "u2"])]
+        for (tail, users) in cases {
+            let kept = users.isEmpty ? Data() : records
+            try (kept + tail).write(to: journal)
+            let daemon = try DaemonProcess(dataDir: dir)
+            #expect(try JournalSupport.userIDs(port: daemon.port) == users, "\(daemon.stderrTail())")
+            #expect(daemon.stderrText.contains("warning") && daemon.stderrText.contains("dropped \(tail.count) bytes after the last newline"), "\(daemon.stderrTail())")
+            daemon.stop()
+            #expect(try Data(contentsOf: journal) == kept, "the file ends after the last record")
+            let saved = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.contains(".torn-") }
+            #expect(saved.count == 1, "\(saved)")
+            if let name = saved.first {
+                #expect(try Data(contentsOf: dir.appendingPathComponent(name)) == tail, "the cut bytes are kept whole")
+                try FileManager.default.removeItem(at: dir.appendingPathComponent(name))
+            }
         }
+        // NULs and then a newline: damage before the last newline still refuses.
+        let damaged = records + Data(count: 64) + Data("\n".utf8)
+        try damaged.write(to: journal)
+        let out = try JournalSupport.failingStart(dir)
+        #expect(out.status == 1 && out.stderr.contains("\(journal.path):4:"), "status \(String(describing: out.status)), stderr: \(out.stderr)")
+        #expect(try Data(contentsOf: journal) == damaged, "a refused start changed the journal")
     }
 
     @Test("a journal written before checksums loads; new lines are sealed after the old ones; it loads again")
