@@ -65,6 +65,75 @@ struct AuthCommandTests {
         #expect(check.status == 0 && check.stdout == "# \(path): OK; 3 principals (NAME ROLE):\napp write\nfollower-1 replicate\nops admin\n", "\(check)")
     }
 
+    /// Each argument list run by `rpcd` at once, each from a thread of its own.
+    private func runAtOnce(_ argumentLists: [[String]]) throws -> [ProcessOutcome] {
+        let rpcd = try Binaries.rpcd()
+        let outcomes = Locked([ProcessOutcome?](repeating: nil, count: argumentLists.count))
+        #expect(runOnThreads(argumentLists.count) { index in
+            let outcome = try? runProcess(rpcd, argumentLists[index])
+            outcomes.withLock { $0[index] = outcome }
+        })
+        return try outcomes.current.map { outcome in
+            guard let outcome else { throw HarnessError("rpcd did not run") }
+            return outcome
+        }
+    }
+
+    @Test func concurrentAddsOfOneNameIssueOneToken() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let rpcd = try Binaries.rpcd()
+        for round in 0..<4 {
+            let path = directory + "/auth-\(round)"
+            let outcomes = try runAtOnce(Array(repeating: ["auth", "add", "same", "admin", "--file", path], count: 6))
+            let added = outcomes.filter { $0.status == 0 }
+            #expect(added.count == 1, "round \(round): \(outcomes)")
+            for refused in outcomes where refused.status != 0 {
+                #expect(refused.status == 1 && refused.stdout.isEmpty, "round \(round): \(refused)")
+                #expect(refused.stderr.contains("\"same\" is already a principal"), "round \(round): \(refused.stderr)")
+            }
+            let token = added.first?.stdout.trimmingCharacters(in: .newlines) ?? ""
+            #expect(try String(contentsOfFile: path, encoding: .utf8) == "same admin \(try sha256sum(token))\n", "round \(round)")
+            let check = try runProcess(rpcd, ["auth", "check", path])
+            #expect(check.status == 0, "round \(round): \(check)")
+        }
+    }
+
+    @Test func concurrentAddsOfDifferentNamesAllLand() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let path = directory + "/auth"
+        let names = (1...6).map { "app-\($0)" }
+        let outcomes = try runAtOnce(names.map { ["auth", "add", $0, "write", "--file", path] })
+        #expect(outcomes.allSatisfy { $0.status == 0 }, "\(outcomes)")
+        let check = try runProcess(try Binaries.rpcd(), ["auth", "check", path])
+        #expect(check.status == 0 && check.stdout.hasPrefix("# \(path): OK; 6 principals"), "\(check)")
+        let lines = try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n")
+        for (name, outcome) in zip(names, outcomes) {
+            let line = "\(name) write \(try sha256sum(outcome.stdout.trimmingCharacters(in: .newlines)))"
+            #expect(lines.filter { $0 == line }.count == 1, "\(name): \(lines)")
+        }
+        #expect(lines.count == 6)
+    }
+
+    @Test func addReplacesTheFileKeepingItsMode() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let path = directory + "/auth"
+        let rpcd = try Binaries.rpcd()
+        #expect(try runProcess(rpcd, ["auth", "add", "app", "write", "--file", path]).status == 0)
+        #expect(chmod(path, 0o640) == 0)
+        var before = stat()
+        #expect(stat(path, &before) == 0)
+        #expect(try runProcess(rpcd, ["auth", "add", "ops", "admin", "--file", path]).status == 0)
+        var after = stat()
+        #expect(stat(path, &after) == 0)
+        #expect(after.st_ino != before.st_ino, "written beside it and renamed over it, not changed in place")
+        #expect(mode(path) == 0o640 && after.st_uid == before.st_uid && after.st_gid == before.st_gid)
+        let left = try FileManager.default.contentsOfDirectory(atPath: directory).sorted()
+        #expect(left == ["auth", "auth.lock"], "no temporary file left: \(left)")
+    }
+
     @Test func addRefusesUsageErrorsAndBrokenFiles() throws {
         let directory = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }

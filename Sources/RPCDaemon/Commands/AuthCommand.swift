@@ -98,59 +98,56 @@ enum AuthCommand {
         var message: String
     }
 
-    /// Appends a principal with a fresh token to `path` (created with mode 0600 if missing) and
-    /// returns the token. The file is locked while it is read and appended to, so two `add`s at
-    /// once do not both take a name.
+    /// Adds a principal with a fresh token to `path` (created with mode 0600 if missing) and
+    /// returns the token. Adds queue on a lock file beside it (`PATH.lock`, left in place: removing
+    /// it would let two adds lock two files) held from the read to the rename, so each sees the
+    /// lines of those before it; the file is replaced, never changed in place, so rpcd reloading it
+    /// meanwhile reads the old file or the new one. The new file keeps the old one's owner and mode.
     static func append(name: String, role: RPCRole, to path: String) throws(Failure) -> String {
-        let fd: Int32
-        var created = false
+        let lockPath = path + ".lock"
+        let lock: Int32
         do {
-            do {
-                fd = try FileIO.open(path, O_WRONLY | O_APPEND | O_CREAT | O_EXCL, mode: 0o600)
-                created = true
-            } catch where error.code == EEXIST {
-                fd = try FileIO.open(path, O_WRONLY | O_APPEND)
-            }
+            lock = try FileIO.open(lockPath, O_RDONLY | O_CREAT, mode: 0o600)
         } catch {
             let hint = error.code == ENOENT
-                ? "create its directory first (e.g. install -d -m 0755 \((path as NSString).deletingLastPathComponent))"
-                : "run as its owner (root for \(defaultPath)), or give --file PATH"
-            throw Failure(message: "cannot open the auth file \(path) (\(error)); \(hint)")
+                ? "create its directory first (e.g. install -d -m 0755 \(FileIO.directory(of: path)))"
+                : "run as the auth file's owner (root for \(defaultPath)), or give --file PATH"
+            throw Failure(message: "cannot open the auth file's lock \(lockPath) (\(error)); \(hint)")
         }
-        defer { FileIO.close(fd) }
+        defer { FileIO.close(lock) }
+        let existing: (bytes: [UInt8], status: stat)?
         do {
-            guard try FileIO.tryLock(fd, path: path) else {
-                throw Failure(message: "\(path) is locked by another rpcd auth add; try again")
-            }
-            let existing = try FileIO.readAll(path) ?? []
-            let file: AuthFile
-            do {
-                file = try AuthFile(path: path, bytes: existing)
-            } catch {
-                throw Failure(message: "\(error.lines.joined(separator: "; ")); fix the file first (rpcd auth check \(path)), nothing was added")
-            }
-            if let taken = file.principals[name] {
-                throw Failure(message: "\(path):\(taken.line): \"\(name)\" is already a principal; pick another name, or delete that line to give it a new token")
-            }
-            let token: String
-            do {
-                token = try Token.generate()
-            } catch {
-                throw Failure(message: "cannot get random bytes (\(error)); nothing was added")
-            }
-            let separator = existing.isEmpty || existing.last == UInt8(ascii: "\n") ? "" : "\n"
-            try FileIO.writeAll(fd, Array((separator + AuthFile.line(name: name, role: role, token: token) + "\n").utf8), path: path)
-            try FileIO.sync(fd, path: path)
-            if created {
-                let directory = (path as NSString).deletingLastPathComponent
-                try FileIO.syncDirectory(directory.isEmpty ? "." : directory)
-            }
-            return token
-        } catch let failure as Failure {
-            throw failure
+            try FileIO.lock(lock, path: lockPath)
+            existing = try FileIO.readWithStatus(path)
         } catch {
-            throw Failure(message: "cannot write the auth file \(path): \(error)")
+            throw Failure(message: "cannot read the auth file \(path) (\(error)); run as its owner (root for \(defaultPath)), or give --file PATH")
         }
+        let bytes = existing?.bytes ?? []
+        let file: AuthFile
+        do {
+            file = try AuthFile(path: path, bytes: bytes)
+        } catch {
+            throw Failure(message: "\(error.lines.joined(separator: "; ")); fix the file first (rpcd auth check \(path)), nothing was added")
+        }
+        if let taken = file.principals[name] {
+            throw Failure(message: "\(path):\(taken.line): \"\(name)\" is already a principal; pick another name, or delete that line to give it a new token")
+        }
+        let token: String
+        do {
+            token = try Token.generate()
+        } catch {
+            throw Failure(message: "cannot get random bytes (\(error)); nothing was added")
+        }
+        let separator = bytes.isEmpty || bytes.last == UInt8(ascii: "\n") ? "" : "\n"
+        let added = bytes + Array((separator + AuthFile.line(name: name, role: role, token: token) + "\n").utf8)
+        do {
+            try FileIO.replace(
+                path, with: added, mode: existing.map { $0.status.st_mode & 0o7777 } ?? 0o600,
+                owner: existing.map { ($0.status.st_uid, $0.status.st_gid) })
+        } catch {
+            throw Failure(message: "cannot write the auth file \(path) (\(error)); nothing was added")
+        }
+        return token
     }
 
     // MARK: check
