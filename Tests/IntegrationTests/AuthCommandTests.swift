@@ -164,14 +164,21 @@ struct AuthCommandTests {
         #expect(missingDirectory.status == 1 && missingDirectory.stderr.contains("create its directory first"), "\(missingDirectory)")
     }
 
+    /// A config in `directory` naming an auth file that `rpcd auth add` made with one principal,
+    /// app (write), and its token.
+    private func authConfig(in directory: String) throws -> (auth: String, conf: String, token: String) {
+        let auth = directory + "/auth"
+        let conf = directory + "/rpcd.conf"
+        try "auth_file = \(auth)\n".write(toFile: conf, atomically: true, encoding: .utf8)
+        let token = try runProcess(try Binaries.rpcd(), ["auth", "add", "app", "write", "--file", auth]).stdout.trimmingCharacters(in: .newlines)
+        return (auth, conf, token)
+    }
+
     @Test func checkConfigNamesABadAuthFileLine() throws {
         let directory = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let auth = directory + "/auth"
-        let conf = directory + "/rpcd.conf"
+        let (auth, conf, token) = try authConfig(in: directory)
         let rpcd = try Binaries.rpcd()
-        try "auth_file = \(auth)\n".write(toFile: conf, atomically: true, encoding: .utf8)
-        let token = try runProcess(rpcd, ["auth", "add", "app", "write", "--file", auth]).stdout.trimmingCharacters(in: .newlines)
         let good = try runProcess(rpcd, ["check-config", conf])
         #expect(good.status == 0 && good.stdout.contains("\nauth_file = \(auth)\n"), "\(good)")
         #expect(good.stdout.contains("# auth_file \(auth): OK; 1 principal(s): app"), "\(good.stdout)")
@@ -193,13 +200,19 @@ struct AuthCommandTests {
         #expect(missing.status == 2 && missing.stderr.hasPrefix("\(directory)/missing: no such auth file"), "\(missing)")
     }
 
-    @Test func checkConfigReadsTheFollowerCredentialsWithoutShowingTheToken() throws {
-        let directory = try temporaryDirectory()
-        defer { try? FileManager.default.removeItem(atPath: directory) }
+    /// A config in `directory` naming a follower's credential file, and that file.
+    private func followerConfig(in directory: String) throws -> (follow: String, conf: String) {
         let follow = directory + "/follow"
         let conf = directory + "/rpcd.conf"
         try "follow_auth_file = \(follow)\n".write(toFile: conf, atomically: true, encoding: .utf8)
         try "follower-1:s3cr3t-t0ken\n".write(toFile: follow, atomically: true, encoding: .utf8)
+        return (follow, conf)
+    }
+
+    @Test func checkConfigReadsTheFollowerCredentialsWithoutShowingTheToken() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let (follow, conf) = try followerConfig(in: directory)
         let good = try runProcess(try Binaries.rpcd(), ["check-config", conf])
         #expect(good.status == 0 && good.stdout.contains("# follow_auth_file \(follow): OK; authenticates as follower-1"), "\(good)")
         #expect(!good.stdout.contains("s3cr3t") && !good.stderr.contains("s3cr3t"))
@@ -207,5 +220,68 @@ struct AuthCommandTests {
         let bad = try runProcess(try Binaries.rpcd(), ["check-config", conf])
         #expect(bad.status == 2 && bad.stderr.hasPrefix("\(follow):1: expected NAME:TOKEN"), "\(bad)")
         #expect(!bad.stderr.contains("s3cr3t"))
+    }
+
+    // MARK: secret files other local users could change are refused; ones they could read are warned of
+
+    private func serve(_ directory: String, _ arguments: [String]) throws -> ProcessOutcome {
+        try runProcess(try Binaries.rpcd(), ["serve", "--listen", "127.0.0.1:0", "--data-dir", directory + "/data"] + arguments)
+    }
+
+    @Test func anAuthFileOthersMayWriteIsRefusedOneOthersMayReadIsWarnedOf() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let (auth, conf, token) = try authConfig(in: directory)
+        let rpcd = try Binaries.rpcd()
+
+        #expect(chmod(auth, 0o666) == 0)
+        let refusal = "\(auth): the auth file is writable by group or others (mode 0666), so other local users could change it; run chmod go-w \(auth)"
+        let start = try serve(directory, ["--auth-file", auth])
+        #expect(start.status == 2 && start.stderr == "rpcd: \(refusal)\n", "\(start)")
+        let check = try runProcess(rpcd, ["check-config", conf])
+        #expect(check.status == 2 && check.stderr == refusal + "\n", "\(check)")
+        #expect(chmod(auth, 0o620) == 0)
+        #expect(try serve(directory, ["--auth-file", auth]).stderr.contains("writable by group or others (mode 0620)"))
+
+        #expect(chmod(auth, 0o644) == 0)
+        let warning = "\(auth): the auth file is readable by others (mode 0644); run chmod o-r \(auth)"
+        let readable = try DaemonProcess(extraArguments: ["--auth-file", auth])
+        #expect(readable.stderrText.contains("warning \(warning)"), "\(readable.stderrTail())")
+        readable.stop()
+        let noted = try runProcess(rpcd, ["check-config", conf])
+        #expect(noted.status == 0 && noted.stdout.contains("# warning: \(warning)\n"), "\(noted)")
+
+        #expect(chmod(auth, 0o600) == 0)
+        let quiet = try DaemonProcess(extraArguments: ["--auth-file", auth])
+        defer { quiet.stop() }
+        #expect(!quiet.stderrText.contains(auth + ":") && !quiet.stderrText.contains(" warning "), "\(quiet.stderrTail())")
+        #expect(try LineClient(port: quiet.port).request(
+            #"{"id":"a","method":"system.auth","param":{"name":"app","token":"\#(token)"}}"#).contains("system.authResult"))
+
+        // SIGHUP: a file others may write is not taken; the previous one stays in effect.
+        #expect(try runProcess(rpcd, ["auth", "add", "late", "read", "--file", auth]).status == 0)
+        #expect(chmod(auth, 0o666) == 0)
+        quiet.signal(SIGHUP)
+        #expect(quiet.stderrEventually(contains: "keeping the previous one (1 principal): \(refusal)"), "\(quiet.stderrTail())")
+        #expect(chmod(auth, 0o604) == 0)
+        quiet.signal(SIGHUP)
+        #expect(quiet.stderrEventually(contains: "SIGHUP: \(auth): the auth file is readable by others (mode 0604)"), "\(quiet.stderrTail())")
+        #expect(quiet.stderrEventually(contains: "reloaded: 2 principals; added late"), "\(quiet.stderrTail())")
+    }
+
+    @Test func aFollowerCredentialFileOthersMayWriteIsRefused() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let (follow, conf) = try followerConfig(in: directory)
+        #expect(chmod(follow, 0o666) == 0)
+        let refusal = "\(follow): the follower's credential file is writable by group or others (mode 0666), so other local users could change it; "
+            + "run chmod go-w \(follow)"
+        let start = try serve(directory, ["--follow", "127.0.0.1:1", "--follow-auth-file", follow])
+        #expect(start.status == 2 && start.stderr == "rpcd: \(refusal)\n", "\(start)")
+        let check = try runProcess(try Binaries.rpcd(), ["check-config", conf])
+        #expect(check.status == 2 && check.stderr == refusal + "\n", "\(check)")
+        #expect(chmod(follow, 0o600) == 0)
+        let good = try runProcess(try Binaries.rpcd(), ["check-config", conf])
+        #expect(good.status == 0 && !good.stdout.contains("# warning"), "\(good)")
     }
 }

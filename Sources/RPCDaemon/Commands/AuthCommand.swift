@@ -156,10 +156,13 @@ enum AuthCommand {
         guard arguments.count == 1, let path = arguments.first, !path.hasPrefix("-") else {
             return usageError("auth check needs one FILE, e.g. rpcd auth check /etc/rpcd/auth")
         }
+        // Warnings come after the principals, like check-config's; a file with problems gets only those.
+        var warnings: [String] = []
         do {
-            let file = try AuthFile.load(path: path)
+            let file = try AuthFile.load(path: path) { warnings.append($0) }
             print("# \(path): OK; \(file.principals.count) principal\(file.principals.count == 1 ? "" : "s") (NAME ROLE):")
             for name in file.names { print("\(name) \(file.principals[name]!.role.rawValue)") }
+            for warning in warnings { LogSink.stderr.write("rpcd: warning: \(warning)\n") }
             return 0
         } catch {
             for line in error.lines { LogSink.stderr.write("\(line)\n") }
