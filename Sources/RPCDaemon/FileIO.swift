@@ -77,6 +77,11 @@ enum FileIO {
         _ = try retrying("rename(\(from), \(to))") { Glibc.rename(from, to) }
     }
 
+    /// A second name for a file; EEXIST if `to` exists (it never replaces one, unlike rename).
+    static func link(_ from: String, _ to: String) throws(Errno) {
+        _ = try retrying("link(\(from), \(to))") { Glibc.link(from, to) }
+    }
+
     /// The directory holding `path` ("." for a bare name). Not NSString's `deletingLastPathComponent`,
     /// which traps on a one-character name.
     static func directory(of path: String) -> String {
@@ -117,6 +122,15 @@ enum FileIO {
             try? unlink(temporary)
             throw error
         }
+        try syncDirectory(directory(of: path))
+    }
+
+    /// Creates `path` holding `bytes` with `mode`, whole or not at all (written beside it, then
+    /// linked into place, both fsynced); EEXIST if it exists.
+    static func create(_ path: String, _ bytes: [UInt8], mode: mode_t) throws(Errno) {
+        let temporary = try writeTemporary(beside: path, bytes, mode: mode)
+        defer { try? unlink(temporary) }
+        try link(temporary, path)
         try syncDirectory(directory(of: path))
     }
 

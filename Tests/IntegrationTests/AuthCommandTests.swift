@@ -285,3 +285,44 @@ struct AuthCommandTests {
         #expect(good.status == 0 && !good.stdout.contains("# warning"), "\(good)")
     }
 }
+
+extension AuthCommandTests {
+    // MARK: --follow-file
+
+    @Test func addFollowFileWritesTheFollowersCredentialFile() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let (auth, conf, _) = try authConfig(in: directory)
+        let follow = directory + "/follow"
+        let rpcd = try Binaries.rpcd()
+        let added = try runProcess(rpcd, ["auth", "add", "replica-1", "replicate", "--file", auth, "--follow-file", follow])
+        #expect(added.status == 0, "\(added)")
+        let token = added.stdout.trimmingCharacters(in: .newlines)
+        #expect(try String(contentsOfFile: follow, encoding: .utf8) == "replica-1:\(token)\n")
+        #expect(mode(follow) == 0o600, "found \(String(mode(follow), radix: 8))")
+        #expect(try String(contentsOfFile: auth, encoding: .utf8).hasSuffix("replica-1 replicate \(try sha256sum(token))\n"))
+        try "follow_auth_file = \(follow)\n".write(toFile: conf, atomically: true, encoding: .utf8)
+        let check = try runProcess(rpcd, ["check-config", conf])
+        #expect(check.status == 0 && check.stdout.contains("# follow_auth_file \(follow): OK; authenticates as replica-1\n"), "\(check)")
+        #expect(!check.stdout.contains("# warning"), "\(check)")
+
+        // An existing PATH is refused, and nothing is added.
+        let before = try String(contentsOfFile: auth, encoding: .utf8)
+        let again = try runProcess(rpcd, ["auth", "add", "replica-2", "replicate", "--file", auth, "--follow-file", follow])
+        #expect(again.status == 1 && again.stdout.isEmpty, "\(again)")
+        #expect(again.stderr == "rpcd: \(follow) already exists; remove it or pick another --follow-file PATH, nothing was added\n")
+        let nowhere = try runProcess(rpcd, ["auth", "add", "replica-2", "replicate", "--file", auth, "--follow-file", directory + "/nope/follow"])
+        #expect(nowhere.status == 1 && nowhere.stdout.isEmpty && nowhere.stderr.filter { $0 == "\n" }.count == 1, "\(nowhere)")
+        #expect(try String(contentsOfFile: auth, encoding: .utf8) == before)
+        #expect(try String(contentsOfFile: follow, encoding: .utf8) == "replica-1:\(token)\n")
+
+        // Another role: a usage error.
+        let write = try runProcess(rpcd, ["auth", "add", "app-2", "write", "--file", auth, "--follow-file=\(directory)/other"])
+        #expect(write.status == 2 && write.stdout.isEmpty && write.stderr.filter { $0 == "\n" }.count == 1, "\(write)")
+        #expect(write.stderr.hasPrefix("rpcd: --follow-file writes a follower's credentials, which need role replicate, not write;"), "\(write)")
+        #expect(try String(contentsOfFile: auth, encoding: .utf8) == before && !FileManager.default.fileExists(atPath: directory + "/other"))
+        let left = try FileManager.default.contentsOfDirectory(atPath: directory).sorted()
+        #expect(left == ["auth", "auth.lock", "follow", "rpcd.conf"], "no temporary file left: \(left)")
+    }
+
+}

@@ -6,20 +6,21 @@ import RPCTransport
 import Glibc
 #endif
 
-/// `rpcd auth add NAME ROLE [--file PATH]` and `rpcd auth check FILE`: the operator's side of the
-/// auth file (`AuthFile`).
+/// `rpcd auth add NAME ROLE [--file PATH] [--follow-file PATH]` and `rpcd auth check FILE`: the
+/// operator's side of the auth file (`AuthFile`).
 ///
 /// - `add` prints a fresh token once on stdout (nothing else goes there, so
 ///   `rpcd auth add app write > app.token` keeps it) and appends `NAME ROLE SHA-256(token)` to
 ///   the file, creating it with mode 0600. The file: `--file`, else `auth_file` of the config
 ///   `serve` would read, else `/etc/rpcd/auth`. A name already in the file is refused (exit 1);
-///   so is a file with problems, which is left as it was.
+///   so is a file with problems, which is left as it was. `--follow-file PATH` (role replicate
+///   only) also writes `NAME:TOKEN` to a new file PATH, mode 0600: a follower's `follow_auth_file`.
 /// - `check` prints the principals (names and roles, never hashes) or `FILE:LINE` problems (exit 2,
 ///   like a bad config file).
 ///
 /// Usage errors exit 2 with one line.
 enum AuthCommand {
-    static let usage = "usage: rpcd auth add NAME ROLE [--file PATH] | rpcd auth check FILE"
+    static let usage = "usage: rpcd auth add NAME ROLE [--file PATH] [--follow-file PATH] | rpcd auth check FILE"
     static let defaultPath = "/etc/rpcd/auth"
 
     static func run(_ arguments: [String]) -> Int32 {
@@ -40,13 +41,13 @@ enum AuthCommand {
 
     static func add(_ arguments: [String]) -> Int32 {
         var positional: [String] = []
-        var file: String?
+        var paths: [String: String] = [:]  // by option
         var rest = arguments[...]
         while let argument = rest.popFirst() {
-            if argument == "--file" || argument.hasPrefix("--file=") {
-                let value = argument == "--file" ? rest.popFirst() : String(argument.dropFirst("--file=".count))
-                guard let value, !value.isEmpty else { return usageError("--file needs a PATH") }
-                file = value
+            if let option = ["--file", "--follow-file"].first(where: { argument == $0 || argument.hasPrefix($0 + "=") }) {
+                let value = argument == option ? rest.popFirst() : String(argument.dropFirst(option.count + 1))
+                guard let value, !value.isEmpty else { return usageError("\(option) needs a PATH") }
+                paths[option] = value
             } else if argument.hasPrefix("-") && argument != "-" {
                 return usageError("unknown option '\(argument)' for auth add")
             } else {
@@ -61,8 +62,12 @@ enum AuthCommand {
         case .success(let value): role = value
         case .failure(let message): return usageError("\(message)")
         }
+        let followFile = paths["--follow-file"]
+        if followFile != nil && role != .replicate {
+            return usageError("--follow-file writes a follower's credentials, which need role replicate, not \(role.rawValue)")
+        }
         let path: String
-        if let file {
+        if let file = paths["--file"] {
             path = file
         } else {
             switch configuredPath() {
@@ -74,10 +79,11 @@ enum AuthCommand {
             }
         }
         do {
-            let token = try append(name: name, role: role, to: path)
+            let token = try append(name: name, role: role, to: path, followFile: followFile)
             print(token)
+            let written = followFile.map { " and \(name):TOKEN to \($0) (the follower's --follow-auth-file)" } ?? ""
             LogSink.stderr.write(
-                "rpcd: added \"\(name)\" (role \(role.rawValue)) to \(path); the token above is shown only now. Reload rpcd to admit it "
+                "rpcd: added \"\(name)\" (role \(role.rawValue)) to \(path)\(written); the token above is shown only now. Reload rpcd to admit it "
                     + "(kill -HUP its pid; under systemd, which copies the file at start: systemctl restart rpcd)\n")
             return 0
         } catch {
@@ -96,6 +102,10 @@ enum AuthCommand {
     /// Why `add` changed nothing: one line.
     struct Failure: Error {
         var message: String
+
+        static func followFileExists(_ path: String) -> Failure {
+            Failure(message: "\(path) already exists; remove it or pick another --follow-file PATH, nothing was added")
+        }
     }
 
     /// Adds a principal with a fresh token to `path` (created with mode 0600 if missing) and
@@ -103,7 +113,9 @@ enum AuthCommand {
     /// it would let two adds lock two files) held from the read to the rename, so each sees the
     /// lines of those before it; the file is replaced, never changed in place, so rpcd reloading it
     /// meanwhile reads the old file or the new one. The new file keeps the old one's owner and mode.
-    static func append(name: String, role: RPCRole, to path: String) throws(Failure) -> String {
+    /// With `followFile`, `NAME:TOKEN` goes to that new file (mode 0600) first: both are written, or neither.
+    static func append(name: String, role: RPCRole, to path: String, followFile: String?) throws(Failure) -> String {
+        if let followFile, FileIO.exists(followFile) { throw Failure.followFileExists(followFile) }
         let lockPath = path + ".lock"
         let lock: Int32
         do {
@@ -140,11 +152,21 @@ enum AuthCommand {
         }
         let separator = bytes.isEmpty || bytes.last == UInt8(ascii: "\n") ? "" : "\n"
         let added = bytes + Array((separator + AuthFile.line(name: name, role: role, token: token) + "\n").utf8)
+        if let followFile {
+            do {
+                try FileIO.create(followFile, Array("\(name):\(token)\n".utf8), mode: 0o600)
+            } catch where error.code == EEXIST {
+                throw Failure.followFileExists(followFile)
+            } catch {
+                throw Failure(message: "cannot write \(followFile) (\(error)); fix --follow-file PATH, nothing was added")
+            }
+        }
         do {
             try FileIO.replace(
                 path, with: added, mode: existing.map { $0.status.st_mode & 0o7777 } ?? 0o600,
                 owner: existing.map { ($0.status.st_uid, $0.status.st_gid) })
         } catch {
+            if let followFile { try? FileIO.unlink(followFile) }
             throw Failure(message: "cannot write the auth file \(path) (\(error)); nothing was added")
         }
         return token
