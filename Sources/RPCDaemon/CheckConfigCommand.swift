@@ -1,7 +1,8 @@
 /// `rpcd check-config FILE`: exit 0 and print the effective settings, or exit 2 with one
 /// `FILE:LINE: message` per problem on stderr (2, like `rpcd serve` for the same file, and usage errors).
 /// The auth file (`auth_file`) and a follower's credentials (`follow_auth_file`) it names are
-/// checked the same way. `$CREDENTIALS_DIRECTORY/auth` is not: that is `rpcd auth check FILE`'s.
+/// checked the same way, owner and mode included; a warning (a file others may read) is a `#` note.
+/// `$CREDENTIALS_DIRECTORY/auth` is not checked: that is `rpcd auth check FILE`'s.
 enum CheckConfigCommand {
     static let usage = "usage: rpcd check-config FILE (checks a settings file, e.g. /etc/rpcd/rpcd.conf)"
 
@@ -24,9 +25,10 @@ enum CheckConfigCommand {
         // The files it names are checked too (never printing a token or a hash).
         var notes: [String] = []
         var problems: [String] = []
+        let warn = { (warning: String) in notes.append("# warning: \(warning)") }
         if let authFile = options.authFile {
             do {
-                let file = try AuthFile.load(path: authFile)
+                let file = try AuthFile.load(path: authFile, warn: warn)
                 notes.append("# auth_file \(authFile): OK; \(file.principals.count) principal(s): \(file.names.joined(separator: ", "))")
             } catch {
                 problems += error.lines
@@ -34,7 +36,7 @@ enum CheckConfigCommand {
         }
         if let followAuthFile = options.followAuthFile {
             do {
-                if case .token(let name, _) = try FollowCredentials.load(path: followAuthFile) {
+                if case .token(let name, _) = try FollowCredentials.load(path: followAuthFile, warn: warn) {
                     notes.append("# follow_auth_file \(followAuthFile): OK; authenticates as \(name)")
                 }
             } catch {

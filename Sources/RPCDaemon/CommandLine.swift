@@ -105,9 +105,11 @@ public enum CommandLineParser {
                                            1 error.error, 2 usage, connection error or timeout)
           rpcd check-config FILE           check a settings file (and the auth_file it names); print the effective
                                            settings or FILE:LINE errors
-          rpcd auth add NAME ROLE [--file PATH]
+          rpcd auth add NAME ROLE [--file PATH] [--follow-file PATH]
                                            print a fresh token for a new principal once, and append its hashed
-                                           line to the auth file (default: auth_file of the config, else /etc/rpcd/auth)
+                                           line to the auth file (default: auth_file of the config, else /etc/rpcd/auth);
+                                           --follow-file (role replicate) also writes NAME:TOKEN to that new file
+                                           (mode 0600), for a follower's --follow-auth-file
           rpcd auth check FILE             check an auth file; print its principals or FILE:LINE errors
           rpcd repair [--data-dir DIR] [--force]
                                            cut the damage out of a journal (keeps a backup); intact records

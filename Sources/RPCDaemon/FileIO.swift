@@ -77,6 +77,63 @@ enum FileIO {
         _ = try retrying("rename(\(from), \(to))") { Glibc.rename(from, to) }
     }
 
+    /// A second name for a file; EEXIST if `to` exists (it never replaces one, unlike rename).
+    static func link(_ from: String, _ to: String) throws(Errno) {
+        _ = try retrying("link(\(from), \(to))") { Glibc.link(from, to) }
+    }
+
+    /// The directory holding `path` ("." for a bare name). Not NSString's `deletingLastPathComponent`,
+    /// which traps on a one-character name.
+    static func directory(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
+    }
+
+    /// Writes `bytes` to a new file beside `path` with `mode` (and `owner`, if it differs) and
+    /// fsyncs it; returns its name, for the caller to rename or link into place and then remove.
+    static func writeTemporary(beside path: String, _ bytes: [UInt8], mode: mode_t, owner: (uid: uid_t, gid: gid_t)? = nil) throws(Errno) -> String {
+        let temporary = "\(path).\(getpid()).tmp"
+        try unlink(temporary)
+        let fd = try open(temporary, O_WRONLY | O_CREAT | O_EXCL, mode: 0o600)
+        defer { close(fd) }
+        do {
+            let info = try status(fd, path: temporary)
+            if let owner, info.st_uid != owner.uid || info.st_gid != owner.gid {
+                _ = try retrying("fchown(\(temporary))") { fchown(fd, owner.uid, owner.gid) }
+            }
+            // After fchown, which may clear mode bits; and the umask does not apply to fchmod.
+            _ = try retrying("fchmod(\(temporary))") { fchmod(fd, mode) }
+            try writeAll(fd, bytes, path: temporary)
+            try sync(fd, path: temporary)
+        } catch {
+            try? unlink(temporary)
+            throw error
+        }
+        return temporary
+    }
+
+    /// Replaces `path` with a file holding `bytes` (written beside it, renamed over it, both
+    /// fsynced): a reader sees the old file or the new one, never a part of either.
+    static func replace(_ path: String, with bytes: [UInt8], mode: mode_t, owner: (uid: uid_t, gid: gid_t)? = nil) throws(Errno) {
+        let temporary = try writeTemporary(beside: path, bytes, mode: mode, owner: owner)
+        do {
+            try rename(temporary, path)
+        } catch {
+            try? unlink(temporary)
+            throw error
+        }
+        try syncDirectory(directory(of: path))
+    }
+
+    /// Creates `path` holding `bytes` with `mode`, whole or not at all (written beside it, then
+    /// linked into place, both fsynced); EEXIST if it exists.
+    static func create(_ path: String, _ bytes: [UInt8], mode: mode_t) throws(Errno) {
+        let temporary = try writeTemporary(beside: path, bytes, mode: mode)
+        defer { try? unlink(temporary) }
+        try link(temporary, path)
+        try syncDirectory(directory(of: path))
+    }
+
     static func truncate(_ fd: Int32, to length: Int, path: String) throws(Errno) {
         _ = try retrying("ftruncate(\(path))") { Glibc.ftruncate(fd, off_t(length)) }
     }
@@ -88,20 +145,36 @@ enum FileIO {
 
     static func exists(_ path: String) -> Bool { access(path, F_OK) == 0 }
 
-    static func size(_ fd: Int32, path: String) throws(Errno) -> Int {
+    /// fstat(2): the open file's owner, mode and size.
+    static func status(_ fd: Int32, path: String) throws(Errno) -> stat {
         var info = stat()
         _ = try retrying("fstat(\(path))") { fstat(fd, &info) }
-        return Int(info.st_size)
+        return info
+    }
+
+    static func size(_ fd: Int32, path: String) throws(Errno) -> Int {
+        Int(try status(fd, path: path).st_size)
     }
 
     /// The whole file, or nil if it does not exist.
     static func readAll(_ path: String) throws(Errno) -> [UInt8]? {
+        try readWithStatus(path)?.bytes
+    }
+
+    /// The whole file and its fstat, from one descriptor (so the status is the bytes' file), or
+    /// nil if it does not exist.
+    static func readWithStatus(_ path: String) throws(Errno) -> (bytes: [UInt8], status: stat)? {
         guard let fd = try openIfExists(path) else { return nil }
         defer { close(fd) }
+        let info = try status(fd, path: path)
+        return (try readAll(fd, expected: Int(info.st_size), path: path), info)
+    }
+
+    /// The rest of an open file, `expected` bytes long by its fstat.
+    private static func readAll(_ fd: Int32, expected: Int, path: String) throws(Errno) -> [UInt8] {
         // Read into uninitialized room for the size fstat gives plus one byte, for the read that
         // finds the end. (Zeroing first, then growing the array by 64 KiB to find the end, wrote and
         // copied a 100 MiB snapshot twice more at every start.)
-        let expected = try size(fd, path: path)
         var failure: Errno?
         var bytes = [UInt8](unsafeUninitializedCapacity: expected + 1) { buffer, count in
             do throws(Errno) {
@@ -161,14 +234,22 @@ enum FileIO {
     }
 
     /// Takes an exclusive advisory lock (released when the process exits) without waiting; false if another process holds it.
+    /// A POSIX record lock: closing any other descriptor of the same file in this process drops it.
     static func tryLock(_ fd: Int32, path: String) throws(Errno) -> Bool {
-        // A POSIX record lock on the whole file (`flock` the function is hidden by the struct's name).
+        // A POSIX record lock on the whole file (`flock` the struct, not the function `lock` calls).
         var request = flock()
         request.l_type = Int16(F_WRLCK)
         request.l_whence = Int16(SEEK_SET)
         if fcntl(fd, F_SETLK, &request) == 0 { return true }
         if errno == EAGAIN || errno == EACCES { return false }
         throw Errno(errno, call: "fcntl(F_SETLK, \(path))")
+    }
+
+    /// Waits for an exclusive flock(2) on `fd`, held until the descriptor closes: other
+    /// descriptors of the same file, opened and closed meanwhile, leave it alone (unlike `tryLock`).
+    static func lock(_ fd: Int32, path: String) throws(Errno) {
+        // Unqualified: `Glibc.flock` names the struct.
+        _ = try retrying("flock(\(path))") { flock(fd, LOCK_EX) }
     }
 
     /// Stops the process (exit 99, no cleanup) if `RPCD_TEST_CRASH_AT` names `point`.

@@ -43,17 +43,17 @@ extension Daemon {
         // Access: the auth file is read now, so a bad one fails the start (exit 2, FILE:LINE).
         let policy: AccessPolicy
         do {
-            policy = try AccessPolicy.load(options)
+            policy = try AccessPolicy.load(options) { log.warning($0) }
         } catch {
             for line in error.lines { LogSink.stderr.write("rpcd: \(line)\n") }
             return 2
         }
-        let reloader = policy.authFile.map(AuthReloader.init)
+        let reloader = policy.authFile.map { AuthReloader($0) { log.warning("SIGHUP: \($0)") } }
         // A follower's credentials for its leader, read now so a bad file fails the start.
         var followCredentials: RPCCredentials?
         if let path = options.followAuthFile {
             do {
-                followCredentials = try FollowCredentials.load(path: path)
+                followCredentials = try FollowCredentials.load(path: path) { log.warning($0) }
             } catch {
                 for line in error.lines { LogSink.stderr.write("rpcd: \(line)\n") }
                 return 2

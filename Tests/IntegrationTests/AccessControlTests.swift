@@ -33,7 +33,10 @@ struct TestPrincipals {
         #"{"id":"\#(id)","method":"system.auth","param":{"name":"\#(name)","token":"\#(tokens[name] ?? "")"}}"#
     }
 
-    func cleanUp() { unlink(file) }
+    func cleanUp() {
+        unlink(file)
+        unlink(file + ".lock")
+    }
 }
 
 @Suite("access control: tokens and roles over TCP", .serialized)

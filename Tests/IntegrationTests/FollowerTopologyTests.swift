@@ -101,15 +101,16 @@ struct FollowerTopologyTests {
         #expect(try Replicas.replication(follower)["connected"] as? Bool == false)
     }
 
-    @Test("with an auth file on the leader, a follower subscribes as a replicate principal (--follow-auth-file); read may not subscribe")
+    @Test("with an auth file on the leader, a follower subscribes as a replicate principal (--follow-auth-file, written by auth add --follow-file); read may not subscribe")
     func replicateRole() throws {
         let principals = try TestPrincipals()
         defer { principals.cleanUp() }
         let dirs = (0..<3).map { _ in JournalSupport.makeDataDir() }
         defer { dirs.forEach(JournalSupport.remove) }
         let credentials = dirs[2].path + ".follow"
-        try "replicate:\(principals.tokens["replicate"] ?? "")\n".write(toFile: credentials, atomically: true, encoding: .utf8)
         defer { unlink(credentials) }
+        let added = try runProcess(try Binaries.rpcd(), ["auth", "add", "replica-1", "replicate", "--file", principals.file, "--follow-file", credentials])
+        #expect(added.status == 0, "\(added)")
 
         let leader = try Replicas.leader(dirs[0], ["--auth-file", principals.file])
         defer { leader.stop() }

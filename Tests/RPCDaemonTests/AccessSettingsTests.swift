@@ -167,18 +167,18 @@ struct AccessSettingsTests {
         try (AuthFile.line(name: "app", role: .write, token: "t0k3n") + "\n").write(toFile: path, atomically: true, encoding: .utf8)
         var options = ServeOptions()
         options.unixRoles = [UnixRole(uid: 1000, role: .read)]
-        let none = try AccessPolicy.load(options)
+        let none = try AccessPolicy.load(options) { _ in }
         #expect(none.authFile == nil && none.protectedMode && none.unixRoles == [1000: .read])
         #expect(none.connectionAccess.tokensConfigured == false && none.connectionAccess.unixRoles == [1000: .read])
         #expect(none.summary == "no auth file, protected mode on, unix roles 1000:read")
         options.authFile = path
         options.protectedMode = false
-        let policy = try AccessPolicy.load(options)
+        let policy = try AccessPolicy.load(options) { _ in }
         #expect(policy.authFile?.authenticate(name: "app", token: "t0k3n")?.role == .write)
         #expect(policy.connectionAccess.tokensConfigured && !policy.connectionAccess.protectedMode)
         #expect(policy.summary == "auth file \(path) (1 principal), unix roles 1000:read")
         options.authFile = directory + "/missing"
-        #expect(throws: AuthFile.Problems.self) { try AccessPolicy.load(options) }
+        #expect(throws: AuthFile.Problems.self) { try AccessPolicy.load(options) { _ in } }
     }
 
     @Test func followCredentialsAreNameColonToken() throws {

@@ -115,15 +115,15 @@ struct AuthFileTests {
 
     @Test func loadNamesAMissingOrUnreadableFile() throws {
         let missing = "/nonexistent/rpcd-auth-\(UUID().uuidString)"
-        #expect(throws: AuthFile.Problems.self) { try AuthFile.load(path: missing) }
+        #expect(throws: AuthFile.Problems.self) { try AuthFile.load(path: missing) { _ in } }
         do {
-            _ = try AuthFile.load(path: missing)
+            _ = try AuthFile.load(path: missing) { _ in }
         } catch {
             #expect(error.lines == ["\(missing): no such auth file; create it with rpcd auth add NAME ROLE --file \(missing), or fix auth_file"])
         }
         let directory = FileManager.default.temporaryDirectory.path
         do {
-            _ = try AuthFile.load(path: directory)
+            _ = try AuthFile.load(path: directory) { _ in }
             Issue.record("a directory loaded as an auth file")
         } catch {
             #expect(error.lines.count == 1 && error.lines[0].hasPrefix("\(directory): cannot read the auth file"), "\(error)")

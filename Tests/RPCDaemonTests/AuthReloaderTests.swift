@@ -25,7 +25,7 @@ struct AuthReloaderTests {
             AuthFile.line(name: "ops", role: .admin, token: "ops-token"),
             AuthFile.line(name: "same", role: .read, token: "same-token"),
         ], to: path)
-        let reloader = AuthReloader(try AuthFile.load(path: path))
+        let reloader = AuthReloader(try AuthFile.load(path: path) { _ in }, warn: { _ in })
         #expect(reloader.authenticate(name: "old", token: "old-token")?.role == .read)
 
         // Unchanged.
@@ -72,7 +72,7 @@ struct AuthReloaderTests {
         defer { unlink(path) }
         let token = "5ecret-t0ken"
         try write([AuthFile.line(name: "app", role: .write, token: token)], to: path)
-        let reloader = AuthReloader(try AuthFile.load(path: path))
+        let reloader = AuthReloader(try AuthFile.load(path: path) { _ in }, warn: { _ in })
         try write([AuthFile.line(name: "app", role: .admin, token: token), "bad read \(SHA256.hex(of: token).dropLast())"], to: path)
         let hash = SHA256.hex(of: token)
         let bad = reloader.reload()

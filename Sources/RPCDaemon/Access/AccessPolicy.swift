@@ -17,9 +17,10 @@ struct AccessPolicy: Sendable, Equatable {
     }
 
     /// The policy `options` describe, reading `options.authFile` if set (`Config.effective` has
-    /// already put systemd's credential there when nothing else named a file).
-    static func load(_ options: ServeOptions) throws(AuthFile.Problems) -> AccessPolicy {
-        let file = try options.authFile.map { path throws(AuthFile.Problems) in try AuthFile.load(path: path) }
+    /// already put systemd's credential there when nothing else named a file); `warn` hears of an
+    /// auth file others may read.
+    static func load(_ options: ServeOptions, warn: (String) -> Void) throws(AuthFile.Problems) -> AccessPolicy {
+        let file = try options.authFile.map { path throws(AuthFile.Problems) in try AuthFile.load(path: path, warn: warn) }
         return AccessPolicy(authFile: file, protectedMode: options.protectedMode, unixRoles: options.unixRoles)
     }
 

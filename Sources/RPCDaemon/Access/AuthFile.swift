@@ -36,15 +36,10 @@ struct AuthFile: Sendable, Equatable {
 
     var names: [String] { principals.keys.sorted() }
 
-    /// Reads and checks the file at `path` (through `FileIO`, so through `Syscall`).
-    static func load(path: String) throws(Problems) -> AuthFile {
-        let bytes: [UInt8]?
-        do {
-            bytes = try FileIO.readAll(path)
-        } catch {
-            throw Problems(lines: ["\(path): cannot read the auth file (\(error)); make it readable by rpcd, or fix auth_file"])
-        }
-        guard let bytes else {
+    /// Reads and checks the file at `path` (through `FileIO`, so through `Syscall`), its owner and
+    /// mode too (`SecretFile`); `warn` hears of a file others may read.
+    static func load(path: String, warn: (String) -> Void) throws(Problems) -> AuthFile {
+        guard let bytes = try SecretFile.authFile.read(path, warn: warn) else {
             throw Problems(lines: ["\(path): no such auth file; create it with rpcd auth add NAME ROLE --file \(path), or fix auth_file"])
         }
         return try AuthFile(path: path, bytes: bytes)

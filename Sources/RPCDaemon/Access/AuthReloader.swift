@@ -10,10 +10,12 @@ import RPCSchema
 /// (a changed secret is usually a leaked one), so `step(revoke:)` hands their names to the server
 /// to close. A client reconnects and authenticates again under the new terms.
 final class AuthReloader: @unchecked Sendable {
-    // @unchecked: `file` is guarded by `lock`; `path` is immutable.
+    // @unchecked: `file` is guarded by `lock`; `path` and `warn` are immutable.
     private let lock = NSLock()
     private var file: AuthFile
     let path: String
+    /// Hears of a reloaded file that others may read (the log's warnings).
+    private let warn: @Sendable (String) -> Void
 
     /// What one reload did.
     struct Outcome: Sendable, Equatable, CustomStringConvertible {
@@ -35,9 +37,10 @@ final class AuthReloader: @unchecked Sendable {
         var description: String
     }
 
-    init(_ initial: AuthFile) {
+    init(_ initial: AuthFile, warn: @escaping @Sendable (String) -> Void) {
         file = initial
         path = initial.path
+        self.warn = warn
     }
 
     var current: AuthFile { lock.withLock { file } }
@@ -47,11 +50,12 @@ final class AuthReloader: @unchecked Sendable {
         current.authenticate(name: name, token: token)
     }
 
-    /// Re-reads `path`; on success the new file is in effect when this returns.
+    /// Re-reads `path`; on success the new file is in effect when this returns. A file others may
+    /// write is refused like a bad one; one others may read is taken, and `warn` hears of it.
     func reload() -> Outcome {
         let loaded: AuthFile
         do {
-            loaded = try AuthFile.load(path: path)
+            loaded = try AuthFile.load(path: path, warn: warn)
         } catch {
             let count = current.principals.count
             return Outcome(

@@ -7,15 +7,10 @@ import RPCClient
 enum FollowCredentials {
     static let format = "NAME:TOKEN"
 
-    /// Reads and checks the file at `path`.
-    static func load(path: String) throws(AuthFile.Problems) -> RPCCredentials {
-        let bytes: [UInt8]?
-        do {
-            bytes = try FileIO.readAll(path)
-        } catch {
-            throw AuthFile.Problems(lines: ["\(path): cannot read the follower's credentials (\(error)); make it readable by rpcd, or fix follow_auth_file"])
-        }
-        guard let bytes else {
+    /// Reads and checks the file at `path`, its owner and mode too (`SecretFile`); `warn` hears of
+    /// a file others may read.
+    static func load(path: String, warn: (String) -> Void) throws(AuthFile.Problems) -> RPCCredentials {
+        guard let bytes = try SecretFile.followCredentials.read(path, warn: warn) else {
             throw AuthFile.Problems(lines: [
                 "\(path): no such file; write the leader's principal there as \(format) (rpcd auth add NAME replicate on the leader prints the token)",
             ])
