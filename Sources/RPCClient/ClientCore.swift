@@ -54,6 +54,9 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
     /// Bytes handed to the current connection so far: where the next line will end.
     private var handedBytes: UInt64 = 0
     private var authCount = 0
+    /// The daemon's answer to this connection's failed `system.auth` (nil: none failed): the
+    /// `unauthorized` replies that follow it are that failure's, and say so.
+    private var authFailure: String?
     /// The first `connect`'s completion, until it connected or gave up.
     private var connectWaiter: (@Sendable (Result<Void, RPCClientError>) -> Void)?
     /// When the first `connect` gives up (`connectTimeout` after it began).
@@ -183,6 +186,7 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
     /// failure is not a call's: each call made meanwhile gets the daemon's `unauthorized` answer,
     /// which says what to do.
     private func authenticate(on connection: Connection) {
+        authFailure = nil
         guard case .token(let name, let secret)? = options.credentials else { return }
         authCount += 1
         let id = "rpc.auth.\(authCount)"
@@ -408,7 +412,14 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
                 handlers.deliver(reply)  // not ours (or too late): a handler may want it
                 return
             }
-            if reply.method == .error || reply.method == entry.method.result {
+            if entry.isAuth {
+                authFailure = reply.method == .error ? Self.errorMessage(reply) ?? "no message" : nil
+                complete(reply.id, .success(reply))
+            } else if reply.method == .error, let authFailure, case .token(let name, _)? = options.credentials,
+                Self.errorCode(reply) == .unauthorized
+            {
+                complete(reply.id, .failure(.authenticationFailed(name: name, errorMessage: authFailure, method: entry.method, id: reply.id)))
+            } else if reply.method == .error || reply.method == entry.method.result {
                 complete(reply.id, .success(reply))
             } else {
                 complete(reply.id, .failure(.badReply(method: entry.method, id: reply.id, reason: "answered by \(reply.method), expected \(entry.method.result) or error.error")))
@@ -421,6 +432,16 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         case .invalid:
             break  // not a request; never answered
         }
+    }
+
+    private static func errorMessage(_ reply: Request) -> String? {
+        if case .object(let param)? = reply.param, case .string(let message)? = param["errorMessage"] { return message }
+        return nil
+    }
+
+    private static func errorCode(_ reply: Request) -> RPCErrorCode? {
+        if case .object(let param)? = reply.param, case .string(let code)? = param["code"] { return RPCErrorCode(rawValue: code) }
+        return nil
     }
 
     func connection(_ connection: Connection, didReceiveOversizeLine length: Int) {

@@ -42,16 +42,22 @@ public enum RPCClientError: Error, Sendable, Equatable, CustomStringConvertible 
     case cancelled(method: RPCMethod, id: String)
     /// A test double (`RPCService.unimplemented`) was called for a method it does not override.
     case unimplemented(method: RPCMethod)
+    /// The call was refused because the client's `system.auth` as `name` failed on this
+    /// connection; `errorMessage` is the daemon's answer to it (e.g. "unknown name or wrong token
+    /// for \"app\""). Not applied; fix the credentials.
+    case authenticationFailed(name: String, errorMessage: String, method: RPCMethod, id: String)
 
     /// The daemon's error code, for `.server` only.
     public var code: RPCErrorCode? {
         if case .server(let code, _, _, _) = self { return code }
+        if case .authenticationFailed = self { return .unauthorized }
         return nil
     }
 
     /// The daemon's message for `.server`; for the others, the same one line as `description`.
     public var errorMessage: String {
         if case .server(_, let message, _, _) = self { return message }
+        if case .authenticationFailed(_, let message, _, _) = self { return message }
         return description
     }
 
@@ -66,7 +72,7 @@ public enum RPCClientError: Error, Sendable, Equatable, CustomStringConvertible 
         switch self {
         case .server(_, _, let method, _), .timedOut(let method, _, _), .invalidCall(let method, _),
             .badReply(let method, _, _), .cancelled(let method, _), .unimplemented(let method),
-            .notSent(_, let method, _, _), .outcomeUnknown(_, let method, _, _, _):
+            .notSent(_, let method, _, _), .outcomeUnknown(_, let method, _, _, _), .authenticationFailed(_, _, let method, _):
             return method
         case .connectionClosed(_, let method, _, _): return method
         case .connectFailed: return nil
@@ -77,7 +83,7 @@ public enum RPCClientError: Error, Sendable, Equatable, CustomStringConvertible 
     public var id: String? {
         switch self {
         case .server(_, _, _, let id), .timedOut(_, let id, _), .badReply(_, let id, _), .cancelled(_, let id),
-            .notSent(_, _, let id, _), .outcomeUnknown(_, _, let id, _, _):
+            .notSent(_, _, let id, _), .outcomeUnknown(_, _, let id, _, _), .authenticationFailed(_, _, _, let id):
             return id
         case .connectionClosed(_, _, let id, _): return id
         case .connectFailed, .invalidCall, .unimplemented: return nil
@@ -107,6 +113,8 @@ public enum RPCClientError: Error, Sendable, Equatable, CustomStringConvertible 
             return "the reply to \(method) (id \(id)) could not be read: \(reason)"
         case .cancelled(let method, let id):
             return "\(method) (id \(id)) was cancelled"
+        case .authenticationFailed(let name, let message, let method, let id):
+            return "\(method) (id \(id)) was not run: system.auth as \"\(name)\" failed: \(message)"
         case .unimplemented(let method):
             return "\(method) is not implemented by this RPCService; override it with .override(\(method.typeHint).self) { … }"
         }

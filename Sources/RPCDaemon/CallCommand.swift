@@ -9,7 +9,7 @@ import RPCTransport
 /// `…Result`, 1 for `error.error`, 2 for a usage error, a connection error or an expired timeout
 /// (with one line on stderr).
 enum CallCommand {
-    static let usage = "usage: rpcd call [--timeout S] [--auth NAME:TOKEN-FILE] ADDRESS METHOD [PARAM-JSON | -]"
+    static let usage = "usage: rpcd call [--timeout S] [--auth NAME:TOKEN-FILE] [--key KEY | --key auto] ADDRESS METHOD [PARAM-JSON | -]"
 
     static let help = """
         \(usage)
@@ -23,6 +23,9 @@ enum CallCommand {
           --auth NAME:TOKEN-FILE
                         authenticate as NAME with the token in TOKEN-FILE (never on the command line,
                         where ps shows it); rpcd auth add NAME ROLE prints a token
+          --key KEY     the mutation's idempotency key: the daemon applies it once, and running the same
+                        call with the same key again (after a timeout, say) prints the first outcome;
+                        1 to \(Request.maxKeyBytes) bytes. --key auto makes one and prints it on stderr
         Exit status: 0 result, 1 error.error, 2 usage error, connection error or timeout.
 
         Example:
@@ -37,6 +40,9 @@ enum CallCommand {
         var param: JSONValue
         var timeout: Double
         var credentials: RPCCredentials?
+        var key: String?
+        /// `--key auto`: the key was made here, and is printed on stderr so a retry can reuse it.
+        var madeKey = false
     }
 
     @Sendable static func run(_ arguments: [String]) -> Int32 {
@@ -50,6 +56,9 @@ enum CallCommand {
         } catch {
             LogSink.stderr.write("rpcd call: \(error.message)\n")
             return 2
+        }
+        if invocation.madeKey, let key = invocation.key {
+            LogSink.stderr.write("rpcd call: key \(key) (run the same call with --key \(key) to retry it exactly once)\n")
         }
         switch blocking({ await perform(invocation) }) {
         case .success(let reply):
@@ -67,6 +76,8 @@ enum CallCommand {
         var positional: [String] = []
         var timeout = defaultTimeout
         var credentials: RPCCredentials?
+        var key: String?
+        var madeKey = false
         var rest = arguments[...]
         while let argument = rest.popFirst() {
             if argument == "--auth" || argument.hasPrefix("--auth=") {
@@ -78,6 +89,19 @@ enum CallCommand {
                     text = String(argument.dropFirst("--auth=".count))
                 }
                 credentials = try readCredentials(text)
+            } else if argument == "--key" || argument.hasPrefix("--key=") {
+                let text: String
+                if argument == "--key" {
+                    guard let next = rest.popFirst() else { throw UsageError("--key needs a KEY, or auto; \(usage)") }
+                    text = next
+                } else {
+                    text = String(argument.dropFirst("--key=".count))
+                }
+                guard !text.isEmpty, text.utf8.count <= Request.maxKeyBytes else {
+                    throw UsageError("--key must be 1 to \(Request.maxKeyBytes) bytes (it is \(text.utf8.count)), or auto to make one")
+                }
+                key = text == "auto" ? RPCKeyGenerator.random().next() : text
+                madeKey = text == "auto"
             } else if argument == "--timeout" || argument.hasPrefix("--timeout=") {
                 let text: String
                 if argument == "--timeout" {
@@ -122,7 +146,7 @@ enum CallCommand {
         } catch {
             throw UsageError("\(source) is not valid JSON (\(error)); give an object like '{\"userId\":\"u1\"}'")
         }
-        return Invocation(address: address, method: method, param: param, timeout: timeout, credentials: credentials)
+        return Invocation(address: address, method: method, param: param, timeout: timeout, credentials: credentials, key: key, madeKey: madeKey)
     }
 
     /// `NAME:TOKEN-FILE` -> the name and the file's token (surrounding whitespace dropped).
@@ -152,9 +176,13 @@ enum CallCommand {
             let client = try await RPCClient.connect(to: invocation.address, options: options)
             defer { client.close() }
             let remaining = max(deadline - ContinuousClock.now, .milliseconds(1))
-            return .success(try await client.send(invocation.method, param: invocation.param, timeout: remaining))
+            return .success(try await client.send(invocation.method, param: invocation.param, key: invocation.key, timeout: remaining))
         } catch RPCClientError.timedOut(let method, let id, _) {
             return .failure(.timedOut(method: method, id: id, after: timeout))  // the whole --timeout, not what was left of it
+        } catch RPCClientError.authenticationFailed(_, let message, _, let id) {
+            // The daemon's own answer to system.auth, as the call's error.error (exit 1).
+            let param = JSONValue.object(JSONObject([("errorMessage", .string(message)), ("code", .string(RPCErrorCode.unauthorized.rawValue))]))
+            return .success(Request(id: id, method: .error, param: param))
         } catch let error as RPCClientError {
             return .failure(error)
         } catch {

@@ -64,7 +64,8 @@ enum JournalCommand {
             recovery = try Recovery.load(files, log: nil, mode: .readOnly)
         } catch {
             if action == "check" {
-                print(error.description)
+                // What to do next, with what repair would cut: not "see journal check", which this is.
+                print("\(error.problem); \(RepairCommand.advice(for: error, files: files))")
                 return 1
             }
             return fail(action, error.description)
@@ -92,7 +93,7 @@ enum JournalCommand {
             }
             if outcome.unsealed > 0 { part += ", \(count(outcome.unsealed, "line")) written before checksums" }
             part += ")"
-            if outcome.tornRecordBytes > 0 { part += " ending in an incomplete record of \(outcome.tornRecordBytes) bytes that the next start drops" }
+            if outcome.tornRecordBytes > 0 { part += " ending in \(outcome.tornRecordBytes) bytes after its last newline that the next start cuts (saving them beside it)" }
             if outcome.spaceBytes > 0 {
                 part += (outcome.tornRecordBytes > 0 ? " and" : " ending in") + " \(outcome.spaceBytes) bytes of spaces written ahead of its end that the next start drops"
             }
@@ -157,7 +158,8 @@ enum JournalCommand {
         return 0
     }
 
-    /// `{"seq":S,"file":"journal.jsonl","line":L,"id":…,"method":…,"param":…}` and a newline.
+    /// `{"seq":S,"file":"journal.jsonl","line":L,"id":…,"method":…,"param":…,"key":…}` (the key when
+    /// the record has one, as plain `dump` keeps it) and a newline.
     private static func writeObject(_ record: JournalRecord.Line, seq: UInt64, file: String, into out: inout [UInt8]) {
         var object = JSONObject([
             (key: "seq", value: .number(String(seq))), (key: "file", value: .string(file)),
@@ -165,6 +167,7 @@ enum JournalCommand {
             (key: "method", value: .string("\(record.request.method)")),
         ])
         if let param = record.request.param { object["param"] = param }
+        if let key = record.request.key { object["key"] = .string(key) }
         JSONWriter.write(.object(object), into: &out)
         out.append(UInt8(ascii: "\n"))
     }

@@ -88,6 +88,28 @@ enum RepairCommand {
         return fail("\(files.path) is still damaged after \(cuts) cuts; restore it from a backup")
     }
 
+    /// What `rpcd repair` would do about `failure` (for `rpcd journal check`): one clause naming
+    /// the command that fixes it, with `--force` when only that cuts it and what it then discards.
+    static func advice(for failure: Recovery.Failure, files: DataFiles) -> String {
+        let dir = "--data-dir \(files.path)"
+        guard let file = failure.file, file != files.snapshot, let kind = failure.kind, kind != .missingSnapshot else {
+            return failure.description.dropFirst(failure.problem.count).drop { $0 == ";" || $0 == " " }.description
+        }
+        guard let following = try? intactRecords(after: failure, in: file, files: files) else {
+            return "restore the data directory from a backup"
+        }
+        let discarded = following.count + (kind == .damaged ? 0 : 1)
+        if discarded == 0 {
+            return "with the daemon stopped, `rpcd repair \(dir)` cuts \(file) from line \(failure.line) to its end (nothing intact is there; "
+                + "the cut bytes are saved in a backup file), and the daemon then starts with every record before it"
+        }
+        let which = kind == .damaged
+            ? "\(following.count) intact record(s) follow the damage (the first at \(following.first ?? "?"))"
+            : "the line is intact but out of order (\(discarded) intact record(s) from it on)"
+        return "\(which), so `rpcd repair` alone refuses: restore the data directory from a backup, or, with the daemon stopped, "
+            + "`rpcd repair --force \(dir)` cuts \(file) from line \(failure.line) to its end, discarding them (they are saved in a backup file)"
+    }
+
     /// Intact records after the failing line: in the rest of its file, and in the journals after it.
     private static func intactRecords(after failure: Recovery.Failure, in file: String, files: DataFiles) throws(Errno) -> (count: Int, first: String?) {
         var count = 0

@@ -148,62 +148,73 @@ public enum RequestCodec {
             return .invalid(id: "", error: .invalidRequest("a request must be a JSON object with id, method and param"), form: nil)
         }
         let id = object["id"]?.stringValue
+        // Every problem of the envelope is named in the one error (a JSON-RPC habit has three).
+        var problems: [RPCError] = []
         let method: (RPCMethod, WireForm)?
         switch object["method"] {
         case nil, .null?:
-            return .invalid(id: id ?? "", error: .invalidRequest("the request has no method; add \"method\":\"entity.method\""), form: nil)
+            problems.append(.invalidRequest("the request has no method; add \"method\":\"entity.method\""))
+            method = nil
         case .string(let text)?:
-            guard let parsed = RPCMethod(parsing: text) else {
-                return .invalid(id: id ?? "", error: .methodNotFound("method \"\(Echo.text(text))\" is not of the form entity.method, e.g. user.getUser"), form: .canonical)
+            method = RPCMethod(parsing: text).map { ($0, .canonical) }
+            if method == nil {
+                problems.append(.methodNotFound("method \"\(Echo.text(text))\" is not of the form entity.method, e.g. user.getUser"))
             }
-            method = (parsed, .canonical)
         case .object(let seed)?:
             method = seedMethod(seed).map { ($0, .seed) }
+            if method == nil { problems.append(Self.badMethod) }
         default:
             method = nil
+            problems.append(Self.badMethod)
         }
-        guard let (name, form) = method else {
-            return .invalid(id: id ?? "", error: .invalidRequest("method must be a string \"entity.method\" or a seed-form object {\"entity\":{\"_0\":\"method\"}}"), form: nil)
-        }
-        let param: JSONValue?
-        switch (form, object["param"]) {
-        case (_, nil), (_, .null?):
-            param = nil
-        case (.canonical, let value?):
-            param = value
-        case (.seed, let value?):
-            guard let inner = seedParam(value, method: name) else {
-                if name.isCounterRequest { param = value; break }
-                return .invalid(id: id ?? "", error: .invalidParams("a seed-form param must be {\"\(name.entity)\":{\"\(name.name)\":{...}}}"), form: form)
+        var param: JSONValue?
+        if let (name, form) = method {
+            switch (form, object["param"]) {
+            case (_, nil), (_, .null?):
+                param = nil
+            case (.canonical, let value?):
+                param = value
+            case (.seed, let value?):
+                if let inner = seedParam(value, method: name) {
+                    param = inner
+                } else if name.isCounterRequest {
+                    param = value
+                } else {
+                    problems.append(.invalidParams("a seed-form param must be {\"\(name.entity)\":{\"\(name.name)\":{...}}}"))
+                }
             }
-            param = inner
+            if problems.isEmpty && name.isCounterRequest { return .counterRequest(Request(id: id ?? "", method: name, param: param, form: form)) }
         }
-        var request = Request(id: id ?? "", method: name, param: param, form: form)
-        if name.isCounterRequest { return .counterRequest(request) }
+        var key: String?
         switch object["key"] {
         case nil, .null?:
             break
-        case .string(let key)? where !key.isEmpty && key.utf8.count <= Request.maxKeyBytes:
-            request.key = key
+        case .string(let text)? where !text.isEmpty && text.utf8.count <= Request.maxKeyBytes:
+            key = text
         default:
-            return .invalid(
-                id: id ?? "",
-                error: .invalidRequest("\"key\" must be a string of 1 to \(Request.maxKeyBytes) bytes, unique per mutation you want applied once"),
-                form: form)
+            problems.append(.invalidRequest("\"key\" must be a string of 1 to \(Request.maxKeyBytes) bytes, unique per mutation you want applied once"))
         }
-        if let unknown = object.keys.first(where: { !isEnvelopeKey($0) }) {
-            let hint = Suggestion.hint(for: unknown, among: envelopeKeys)
+        let unknown = object.keys.filter { !isEnvelopeKey($0) }
+        if !unknown.isEmpty {
+            let each = unknown.prefix(4).map { "\"\(Echo.text($0))\" is not a field of a request\(Suggestion.hint(for: $0, among: envelopeKeys))" }
             let known = envelopeKeys.map { "\"\($0)\"" }.joined(separator: ", ")
-            return .invalid(
-                id: id ?? "", error: .invalidRequest("\"\(Echo.text(unknown))\" is not a field of a request\(hint) (a request has \(known))"),
-                form: form)
+            problems.append(.invalidRequest(each.joined(separator: "; ") + " (a request has \(known))"))
         }
         switch object["id"] {
-        case .string?: return .request(request)
-        case nil: return .invalid(id: "", error: .invalidRequest("the request has no id; add \"id\":\"<string>\""), form: form)
-        default: return .invalid(id: "", error: .invalidRequest("the request id must be a string, e.g. \"id\":\"1\""), form: form)
+        case .string?: break
+        case nil: problems.append(.invalidRequest("the request has no id; add \"id\":\"<string>\""))
+        default: problems.append(.invalidRequest("the request id must be a string, e.g. \"id\":\"1\""))
         }
+        guard let first = problems.first else {
+            guard let (name, form) = method else { preconditionFailure("a request without problems has a method") }
+            return .request(Request(id: id ?? "", method: name, param: param, form: form, key: key))
+        }
+        // The id is echoed when it is one (a string); the form is known once the method is.
+        let message = problems.map(\.errorMessage).joined(separator: "; ")
+        return .invalid(id: id ?? "", error: RPCError(first.code, message), form: method?.1)
     }
+
+    private static let badMethod = RPCError.invalidRequest("method must be a string \"entity.method\" or a seed-form object {\"entity\":{\"_0\":\"method\"}}")
 
     private static func isEnvelopeKey(_ key: String) -> Bool {
         envelopeKeys.contains(key) || envelopeExtensionKeys.contains(key)
