@@ -79,37 +79,24 @@ enum CallCommand {
         var key: String?
         var madeKey = false
         var rest = arguments[...]
+        /// The value of option `name` given as `--name VALUE` or `--name=VALUE`; nil when `argument` is another.
+        func value(_ name: String, _ argument: String, needs what: String) throws(UsageError) -> String? {
+            if argument == name {
+                guard let next = rest.popFirst() else { throw UsageError("\(name) needs \(what); \(usage)") }
+                return next
+            }
+            return argument.hasPrefix(name + "=") ? String(argument.dropFirst(name.count + 1)) : nil
+        }
         while let argument = rest.popFirst() {
-            if argument == "--auth" || argument.hasPrefix("--auth=") {
-                let text: String
-                if argument == "--auth" {
-                    guard let next = rest.popFirst() else { throw UsageError("--auth needs NAME:TOKEN-FILE; \(usage)") }
-                    text = next
-                } else {
-                    text = String(argument.dropFirst("--auth=".count))
-                }
+            if let text = try value("--auth", argument, needs: "NAME:TOKEN-FILE") {
                 credentials = try readCredentials(text)
-            } else if argument == "--key" || argument.hasPrefix("--key=") {
-                let text: String
-                if argument == "--key" {
-                    guard let next = rest.popFirst() else { throw UsageError("--key needs a KEY, or auto; \(usage)") }
-                    text = next
-                } else {
-                    text = String(argument.dropFirst("--key=".count))
-                }
+            } else if let text = try value("--key", argument, needs: "a KEY, or auto") {
                 guard !text.isEmpty, text.utf8.count <= Request.maxKeyBytes else {
                     throw UsageError("--key must be 1 to \(Request.maxKeyBytes) bytes (it is \(text.utf8.count)), or auto to make one")
                 }
                 key = text == "auto" ? RPCKeyGenerator.random().next() : text
                 madeKey = text == "auto"
-            } else if argument == "--timeout" || argument.hasPrefix("--timeout=") {
-                let text: String
-                if argument == "--timeout" {
-                    guard let next = rest.popFirst() else { throw UsageError("--timeout needs a number of seconds; \(usage)") }
-                    text = next
-                } else {
-                    text = String(argument.dropFirst("--timeout=".count))
-                }
+            } else if let text = try value("--timeout", argument, needs: "a number of seconds") {
                 timeout = try CommandLineParser.checked("--timeout", text) {
                     ConfigValue.seconds($0, in: SettingRanges.callTimeout, zero: nil)
                 }
