@@ -39,6 +39,10 @@ extension Daemon {
             }
             addresses.append(address)
         }
+        if let follow = options.follow, let leader = SocketAddress(parsing: follow), addresses.contains(where: { $0.mayBe(leader) }) {
+            LogSink.stderr.write("rpcd: follow \(follow) is this daemon's own listen address, and a daemon cannot follow itself; point follow at the leader's address\n")
+            return 2
+        }
 
         // Access: the auth file is read now, so a bad one fails the start (exit 2, FILE:LINE).
         let policy: AccessPolicy

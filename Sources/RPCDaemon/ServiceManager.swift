@@ -78,8 +78,9 @@ final class ServiceManager: @unchecked Sendable {
         guard replication.role == "follower", let leader = replication.leader else {
             return " as leader, seq \(replication.sequence)\(subscribers)"
         }
-        let state = replication.connected == true ? "" : " (disconnected)"
-        return " reads as follower of \(leader)\(state), seq \(replication.sequence), lag \(replication.lagRecords ?? 0)\(subscribers)"
+        let state = replication.connected == true ? "" : " (\(replication.state ?? "disconnected"))"
+        let lag = replication.lagRecords.map { ", lag \($0)" } ?? ""
+        return " reads as follower of \(leader)\(state), seq \(replication.sequence)\(lag)\(subscribers)"
     }
 
     private func send(_ message: String) {

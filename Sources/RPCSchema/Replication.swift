@@ -82,6 +82,10 @@ public struct ReplicationStats: Codable, Hashable, Sendable {
     public var connected: Bool?
     public var leaderSequence: Int?
     public var lagRecords: Int?
+    /// A follower's state: `connected`, `reconnecting`, `never reached the leader` or `stopped`;
+    /// and why, when it is not connected (absent from older daemons).
+    public var state: String?
+    public var reason: String?
     /// Connections subscribed to this daemon's feed (followers, or anyone).
     public var subscribers: [SubscriberStats]
     public init(

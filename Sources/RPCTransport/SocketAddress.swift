@@ -98,6 +98,15 @@ public enum SocketAddress: Sendable, CustomStringConvertible {
         }
     }
 
+    /// Whether a connection to `other` may reach a listener bound to this address (same port; same
+    /// host, or this one every interface and `other` this machine's loopback or the same wildcard).
+    /// Port 0 (a free port, picked at bind) matches nothing.
+    public func mayBe(_ other: SocketAddress) -> Bool {
+        if case .unix(let path) = self, case .unix(let otherPath) = other { return path.utf8.elementsEqual(otherPath.utf8) }
+        guard family != AF_UNIX, other.family != AF_UNIX, port != 0, port == other.port else { return false }
+        return host == other.host || (isWildcard && (other.isLoopback || other.isWildcard))
+    }
+
     /// Every interface (0.0.0.0 or ::).
     public var isWildcard: Bool { host == "0.0.0.0" || host == "::" }
 

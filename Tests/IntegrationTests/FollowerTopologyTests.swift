@@ -84,6 +84,9 @@ struct FollowerTopologyTests {
         // It says so once, applies nothing more, and still serves what it has, read-only.
         #expect(try c.request(Wire.createUser("n", "lead9", "N", "n@example.com")).contains("createUserResult"))
         usleep(300_000)
+        #expect(follower.stderrText.components(separatedBy: "stopped following").count == 2, "one line with the cause: \(follower.stderrTail())")
+        let replication = try Replicas.replication(follower)
+        #expect(replication["state"] as? String == "stopped" && (replication["reason"] as? String)?.contains("does not apply here") == true, "\(replication)")
         #expect(try Replicas.sequence(follower) == 3)
         #expect(try JournalSupport.userIDs(port: follower.port) == ["own0", "own1", "own2"])
         expectError(try LineClient(port: follower.port).request(Wire.createUser("x", "x", "X", "x@example.com")), code: "readOnly", id: "x")
@@ -98,7 +101,28 @@ struct FollowerTopologyTests {
         defer { [leader, follower].forEach { $0.stop() } }
         #expect(follower.stderrEventually(contains: "ahead of", timeout: 10), "\(follower.stderrTail())")
         #expect(try JournalSupport.userIDs(port: follower.port) == ["own0", "own1", "own2", "own3", "own4"])
-        #expect(try Replicas.replication(follower)["connected"] as? Bool == false)
+        let replication = try Replicas.replication(follower)
+        #expect(replication["connected"] as? Bool == false)
+        // What the leader said, not an estimate from the follower's own records.
+        #expect(replication["leaderSequence"] == nil && replication["lagRecords"] == nil, "\(replication)")
+        #expect((replication["reason"] as? String)?.contains("ahead of") == true, "\(replication)")
+    }
+
+    @Test("a follower pointed at nothing says it never reached the leader; one pointed at itself does not start")
+    func followNothingOrItself() throws {
+        let hold = try PortHold()
+        try withDaemon(extraArguments: ["--follow", "127.0.0.1:\(hold.port)"]) { follower in
+            Thread.sleep(forTimeInterval: 0.5)
+            let replication = try Replicas.replication(follower)
+            #expect(replication["state"] as? String == "never reached the leader" && replication["leaderSequence"] == nil, "\(replication)")
+            #expect(replication["reason"] as? String != nil, "\(replication)")
+        }
+        for (listen, follow) in [("127.0.0.1:7999", "127.0.0.1:7999"), ("*:7999", "127.0.0.1:7999"), ("127.0.0.1:7999", "localhost:7999")] {
+            let dir = JournalSupport.makeDataDir()
+            defer { JournalSupport.remove(dir) }
+            let out = try runProcess(try Binaries.rpcd(), ["serve", "--listen", listen, "--follow", follow, "--data-dir", dir.path])
+            #expect(out.status == 2 && out.stderr.contains("cannot follow itself"), "\(listen) \(follow): \(out.stderr)")
+        }
     }
 
     @Test("with an auth file on the leader, a follower subscribes as a replicate principal (--follow-auth-file, written by auth add --follow-file); read may not subscribe")

@@ -45,7 +45,11 @@ final class Follower: @unchecked Sendable {
     private var pendingAcks: [UInt8] = []
     private var acksScheduled = false
     private var applied: UInt64
-    private var leaderSequence: UInt64
+    /// The leader's last sequence as the leader said it (at subscribe) or as its records show;
+    /// nil until the leader was reached.
+    private var leaderSequence: UInt64?
+    /// Why the last try to follow failed (shown while not connected).
+    private var lastFailure: String?
 
     // Queue only.
     private var incoming: (replay: JournalReplay, seq: UInt64, records: Int)?
@@ -71,7 +75,6 @@ final class Follower: @unchecked Sendable {
         let start = journal.sequences.durable
         self.applied = start
         self.appliedHere = start
-        self.leaderSequence = start
     }
 
     /// Refuses client mutations from now on and starts following (reconnecting with backoff).
@@ -86,18 +89,26 @@ final class Follower: @unchecked Sendable {
     var stats: ReplicationStats {
         let durable = journal.sequences.durable
         return lock.withLock {
-            ReplicationStats(
+            var stats = ReplicationStats(
                 role: "follower", sequence: Int(clamping: durable), leader: leader, connected: connected,
-                leaderSequence: Int(clamping: leaderSequence),
-                lagRecords: Int(clamping: leaderSequence > durable ? leaderSequence - durable : 0))
+                leaderSequence: leaderSequence.map { Int(clamping: $0) },
+                lagRecords: leaderSequence.map { Int(clamping: $0 > durable ? $0 - durable : 0) })
+            stats.state = state
+            stats.reason = connected ? nil : stopped ?? lastFailure
+            return stats
         }
+    }
+
+    /// With `lock` held.
+    private var state: String {
+        stopped != nil ? "stopped" : connected ? "connected" : leaderSequence == nil ? "never reached the leader" : "reconnecting"
     }
 
     /// `follower of HOST:PORT, seq N, lag M` for systemd's STATUS= line.
     var summary: String {
         let figures = stats
-        let state = lock.withLock { stopped != nil ? "stopped" : connected ? "connected" : "reconnecting" }
-        return "follower of \(leader) (\(state)), seq \(figures.sequence), lag \(figures.lagRecords ?? 0)"
+        let lag = figures.lagRecords.map { ", lag \($0)" } ?? ""
+        return "follower of \(leader) (\(figures.state ?? "?")), seq \(figures.sequence)\(lag)"
     }
 
     // MARK: - The connection
@@ -123,7 +134,8 @@ final class Follower: @unchecked Sendable {
                     ReplicationSubscribe(fromSequence: Int(clamping: from), snapshot: true), timeout: .seconds(30))
                 lock.withLock {
                     connected = true
-                    leaderSequence = max(leaderSequence, UInt64(clamping: result.sequence))
+                    lastFailure = nil
+                    leaderSequence = UInt64(clamping: result.sequence)
                 }
                 attempt = 0
                 log.info("following \(leader) from sequence \(from) (the leader is at \(result.sequence))")
@@ -139,9 +151,13 @@ final class Follower: @unchecked Sendable {
                 }
                 client.close()
                 if lock.withLock({ stopped != nil }) { return }
+                lock.withLock { lastFailure = why }
                 log.warning("lost the leader \(leader): \(why); reconnecting")
             } catch {
-                lock.withLock { self.client = nil }
+                lock.withLock {
+                    self.client = nil
+                    lastFailure = "\(error)"
+                }
                 if lock.withLock({ stopped != nil }) { return }
                 log.warning(key: "follow", "cannot follow \(leader): \(error); retrying")
             }
@@ -195,7 +211,7 @@ final class Follower: @unchecked Sendable {
             flushAcknowledgements()
             lock.withLock {
                 applied = appliedHere
-                leaderSequence = max(leaderSequence, appliedHere)
+                leaderSequence = max(leaderSequence ?? 0, appliedHere)
             }
             handled(done)
             // Reading resumes once this pass made room (the inbox was full when it paused).
@@ -281,7 +297,7 @@ final class Follower: @unchecked Sendable {
                 appliedHere = seq
                 lock.withLock {
                     applied = seq
-                    leaderSequence = max(leaderSequence, seq)
+                    leaderSequence = max(leaderSequence ?? 0, seq)
                 }
                 log.info("caught up through a snapshot at sequence \(seq) (\(records) records)")
                 blocked = false
@@ -380,15 +396,17 @@ final class Follower: @unchecked Sendable {
 
     /// Stops following for good (this daemon keeps serving reads), with a logged reason.
     private func stop(_ reason: String) {
-        let client: RPCClient? = lock.withLock {
-            guard stopped == nil else { return nil }
+        // Once: records still on their way after the cause would each blame a gap in its wake.
+        let (first, client): (Bool, RPCClient?) = lock.withLock {
+            guard stopped == nil else { return (false, nil) }
             stopped = reason
             inbox = []
             inboxHead = 0
             connected = false
             lostSignal?.yield(reason)
-            return self.client
+            return (true, self.client)
         }
+        guard first else { return }
         log.error("stopped following \(leader): \(reason); this daemon keeps serving reads. Empty its data directory to rebuild it from the leader's snapshot, then restart it")
         client?.close()
     }

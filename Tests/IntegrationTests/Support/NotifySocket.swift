@@ -107,5 +107,16 @@ final class PortHold {
         }
     }
 
+    /// A free port held the same way: connects to it are refused while this lives.
+    convenience init() throws { try self.init(port: 0) }
+
+    /// The port held (the one the kernel picked, for port 0).
+    var port: Int {
+        var addr = sockaddr_in()
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+        return Int(UInt16(bigEndian: addr.sin_port))
+    }
+
     deinit { closeOwned(fd, "PortHold") }
 }
