@@ -72,8 +72,7 @@ public struct ServeOptions: Equatable, Sendable {
 
     /// The event loops to run on `cores` cores: `eventLoops`, or by default half the cores (at
     /// least one). The other half serves the kernel's network work for the loops' sockets, the
-    /// journal writer and clients on the same machine: on 2 cores with the load generator on the
-    /// same machine, one loop served 165k gets/s at 50×1 where two served 145k (README, Performance).
+    /// journal writer and clients on the same machine.
     public func loopCount(cores: Int) -> Int {
         eventLoops > 0 ? eventLoops : max(1, cores / 2)
     }
@@ -100,9 +99,10 @@ public enum CommandLineParser {
 
         Usage:
           rpcd serve [options]             run the daemon
-          rpcd call [--timeout S] HOST:PORT METHOD [PARAM-JSON | -]
-                                           send one request, print its counter-request (exit 0 result,
-                                           1 error.error, 2 usage, connection error or timeout)
+          rpcd call [--timeout S] [--auth NAME:TOKEN-FILE] [--key KEY | --key auto] ADDRESS METHOD [PARAM-JSON | -]
+                                           send one request to HOST:PORT or unix:PATH, print its counter-request
+                                           (exit 0 result, 1 error.error, 2 usage, connection error or timeout);
+                                           --auth authenticates with the token in TOKEN-FILE first
           rpcd check-config FILE           check a settings file (and the auth_file it names); print the effective
                                            settings or FILE:LINE errors
           rpcd auth add NAME ROLE [--file PATH] [--follow-file PATH]
@@ -168,7 +168,8 @@ public enum CommandLineParser {
                                    three quarters of max-connections; \(SettingRanges.describe(count: SettingRanges.maxConnections, zero: "automatic")))
           --auth-file PATH         principals that authenticate with system.auth, NAME ROLE SECRET-HASH per line
                                    (rpcd auth add writes them); default none, or $CREDENTIALS_DIRECTORY/auth
-                                   if it exists (systemd's LoadCredential=auth:/etc/rpcd/auth)
+                                   if it exists (rpcd.service's LoadCredential=auth:rpcd-auth, which systemd
+                                   finds in its credential store: /etc/credstore/rpcd-auth -> /etc/rpcd/auth)
           --protected-mode yes|no  yes (default): without an auth file, a listener beyond loopback serves
                                    loopback peers only; no: serve anyone who can reach it
           --unix-roles LIST        roles for local peers on unix: sockets, by uid or user name, no token:
@@ -177,7 +178,7 @@ public enum CommandLineParser {
                                    only (mutations get readOnly); default none (a leader)
           --follow-auth-file PATH  a follower's NAME:TOKEN file, sent to its leader (default none)
           --config FILE            settings file (default $RPCD_CONFIG, else /etc/rpcd/rpcd.conf if present); flags win
-          Sizes take a KiB, MiB, GiB or TiB suffix, durations ms, s, m or h; the config file takes the same
+          Sizes take a KiB, MiB, GiB or TiB suffix, durations us, ms, s, m or h; the config file takes the same
           ranges. A value out of range is a usage error (exit 2).
 
         Example:

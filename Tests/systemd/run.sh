@@ -11,7 +11,7 @@
 # here when missing). The Debian root is cached under /var/tmp/rpcd-systemd; each run boots a
 # throwaway overlay on top and removes it, its mounts, its cgroups and the processes it started.
 #
-#   Tests/systemd/run.sh            build the static binary, then test
+#   Tests/systemd/run.sh            build and gather the files as README says, then test
 #   RPCD_BINARY=path Tests/systemd/run.sh   test a binary built already
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -41,12 +41,15 @@ fi
 
 # The binary: the Swift runtime linked in, so it runs where no toolchain is installed.
 if [ -z "${RPCD_BINARY:-}" ]; then
-    # README's build command, verbatim (see the install block below).
-    build=$(sed -n '/<!-- install-build -->/,/^```$/p' README.md | grep -E '^swift build' | head -n 1)
+    # README's build block, verbatim: it builds and gathers the files in .build/rpcd-install.
+    build=$(sed -n '/<!-- install-build -->/,/^```$/p' README.md | sed '1,2d;$d')
     [ -n "$build" ] || { say "README has no <!-- install-build --> block"; exit 1; }
-    say "building: $build"
-    eval "$build" >/dev/null
-    RPCD_BINARY=.build/release/rpcd
+    say "building as README says:"
+    echo "$build" | sed 's/^/    /'
+    while IFS= read -r line; do
+        eval "$line" </dev/null >/dev/null || { say "FAILED: $line"; exit 1; }
+    done <<<"$build"
+    RPCD_BINARY=.build/rpcd-install/rpcd
 fi
 if ldd "$RPCD_BINARY" | grep -q 'libswift\|libFoundation\|libdispatch\|not found'; then
     say "FAILED: $RPCD_BINARY loads Swift runtime libraries:"
@@ -97,12 +100,12 @@ trap teardown EXIT
 mkdir -p "$run/upper" "$run/work" "$run/root"
 mount -t overlay overlay -o "lowerdir=$base,upperdir=$run/upper,workdir=$run/work" "$run/root"
 
-# The checkout's files, as a person would have them after building elsewhere and copying over.
-mkdir -p "$run/root/root/rpcd/.build/release" "$run/root/root/rpcd/config" "$run/root/root/rpcd/systemd"
-cp "$RPCD_BINARY" "$run/root/root/rpcd/.build/release/rpcd"
-cp config/rpcd.conf "$run/root/root/rpcd/config/"
-cp systemd/rpcd.service systemd/rpcd.socket "$run/root/root/rpcd/systemd/"
-cp README.md "$run/root/root/rpcd/"
+# What README's build block gathers, as a person would have it after copying it to the server.
+mkdir -p "$run/root/root/rpcd-install/config" "$run/root/root/rpcd-install/systemd"
+cp "$RPCD_BINARY" "$run/root/root/rpcd-install/rpcd"
+cp config/rpcd.conf "$run/root/root/rpcd-install/config/"
+cp systemd/rpcd.service systemd/rpcd.socket "$run/root/root/rpcd-install/systemd/"
+cp README.md "$run/root/root/rpcd-install/"
 
 # The host has no systemd to register a scope with (--keep-unit), so nspawn gets cgroups of its
 # own; --system-call-filter=bpf, or systemd ignores IPAddressDeny= silently.
@@ -136,7 +139,7 @@ inside '! command -v swift' >/dev/null || { say "the container has a Swift toolc
 
 say "installing as README says:"
 echo "$install_block" | sed 's/^/    /'
-inside "cd /root/rpcd && set -e && $install_block" >"$run/install.log" 2>&1 || { cat "$run/install.log"; say "FAILED: the install commands"; exit 1; }
+inside "cd /root/rpcd-install && set -e && $install_block" >"$run/install.log" 2>&1 || { cat "$run/install.log"; say "FAILED: the install commands"; exit 1; }
 
 ping_line='{"id":"1","method":"system.ping"}'
 ask() { inside "printf '%s\n' '$1' | nc -N -w 5 127.0.0.1 7878"; }
@@ -159,6 +162,7 @@ watchdog_logged() { inside 'journalctl -u rpcd.service --no-pager' | grep -qi 'w
 check "rpcd.socket is listening" test "$(active rpcd.socket)" = active
 check "rpcd.service is inactive until the first connection" test "$(active rpcd.service)" = inactive
 check "system.ping over 127.0.0.1:7878 inside the container" pings
+check "README's smoke test: rpcd call 127.0.0.1:7878 system.ping" inside 'rpcd call 127.0.0.1:7878 system.ping | grep -q system.pingResult'
 check "the service is active (running) after READY=1" test "$(prop rpcd.service ActiveState)/$(prop rpcd.service SubState)" = active/running
 check "systemctl status shows the STATUS= line" wait_for 5 status_line
 check "with nothing in the credential store, the service runs without the auth credential" \
