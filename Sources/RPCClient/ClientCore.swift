@@ -453,7 +453,7 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         let why: String
         switch reason {
         case .finished: why = "the daemon closed the connection"
-        case .error(let message): why = message
+        case .peerReset(let message), .error(let message): why = message
         case .outputOverflow(let bytes): why = "the daemon stopped reading (\(bytes) bytes of requests pending)"
         case .closedByServer(let message), .shed(let message): why = message
         }

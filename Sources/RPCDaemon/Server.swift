@@ -250,6 +250,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
                     "rpcd serves at most \(maxConnections) connection\(maxConnections == 1 ? "" : "s") at once; try again later")
                 refuse(fd, error, log: "refused a connection from \(who): max_connections (\(maxConnections)) reached")
             } else {
+                log.warning(key: "refused-stopping", "closed a connection from \(who) accepted while stopping")
                 Syscall.close(fd)
             }
             return
@@ -681,16 +682,32 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             feed?.remove(subscriber)
             log.info("replication: subscriber \(subscriber.peer) left (\(reason))")
         }
+        let peer = (connection.context as? SessionBox)?.session.peer ?? connection.peer.map { "\($0)" } ?? "?"
         switch reason {
-        case .finished, .closedByServer: log.debug("connection \(connection.id) closed: \(reason)")
-        case .error: log.debug("connection \(connection.id) closed: \(reason)")
-        case .outputOverflow, .shed: log.warning("connection \(connection.id) from \(connection.peer.map { "\($0)" } ?? "?") dropped: \(reason)")
+        case .finished, .peerReset:
+            // The peer's doing: it finished, or reset (a peer may leave with its replies unread).
+            log.debug("connection \(connection.id) from \(peer) closed: \(reason)")
+        case .error, .outputOverflow, .closedByServer, .shed:
+            // Ours: always said (a close with the peer's requests unread reaches it as a reset),
+            // rate-limited per kind of close.
+            log.warning(key: Self.closeKey(reason), "connection \(connection.id) from \(peer) closed by rpcd: \(reason)")
         }
         let idle: (@Sendable () -> Void)? = lock.withLock {
             connections[connection.id] = nil
             return stopping && connections.isEmpty ? onIdleAfterStop : nil
         }
         idle?()
+    }
+
+    /// The rate-limit key of a close: one per kind of close, never per connection.
+    private static func closeKey(_ reason: Connection.CloseReason) -> String {
+        switch reason {
+        case .finished, .peerReset: return "closed-by-peer"
+        case .error: return "closed-error"
+        case .outputOverflow: return "closed-output-cap"
+        case .closedByServer: return "closed-by-server"
+        case .shed: return "closed-input-budget"
+        }
     }
 
     /// Closes the connections authenticated as any of `principals` (removed from the auth file).

@@ -34,7 +34,9 @@ public final class Connection: @unchecked Sendable {
     public enum CloseReason: Sendable, Equatable, CustomStringConvertible {
         /// The peer half-closed and every reply was sent.
         case finished
-        /// The peer reset or the socket failed.
+        /// The peer reset the connection, or closed it before reading its replies: its doing.
+        case peerReset(String)
+        /// The socket failed for another reason (a system call's error): the daemon closed it.
         case error(String)
         /// The peer did not read its replies and the output passed the cap.
         case outputOverflow(Int)
@@ -46,7 +48,7 @@ public final class Connection: @unchecked Sendable {
         public var description: String {
             switch self {
             case .finished: return "peer finished"
-            case .error(let message): return message
+            case .peerReset(let message), .error(let message): return message
             case .outputOverflow(let bytes): return "peer stopped reading; \(bytes) bytes of replies pending passed the output cap"
             case .closedByServer(let why): return why
             case .shed(let why): return why
@@ -188,7 +190,7 @@ public final class Connection: @unchecked Sendable {
             // Reset, or an error is pending: whatever is still queued has nobody to answer (a
             // server), or may be the peer's last words (a client).
             if onReset == .deliver && !readClosed { read(untilEOF: true) }
-            if closeReason == nil { close(.error("connection reset by peer")) }
+            if closeReason == nil { close(.peerReset("connection reset by peer")) }
             return
         }
         if events.contains(.writable) {
@@ -212,7 +214,7 @@ public final class Connection: @unchecked Sendable {
             do {
                 result = try Syscall.receive(fd, into: loop.readBuffer)
             } catch {
-                close(.error(error.code == ECONNRESET ? "connection reset by peer" : "\(error)"))
+                close(error.code == ECONNRESET ? .peerReset("connection reset by peer") : .error("\(error)"))
                 return
             }
             guard case .processed(let n) = result else { break }
@@ -400,7 +402,7 @@ public final class Connection: @unchecked Sendable {
             }
         } catch {
             let reset = error.code == EPIPE || error.code == ECONNRESET
-            close(.error(reset ? "peer closed before reading its replies" : "\(error)"))
+            close(reset ? .peerReset("peer closed before reading its replies") : .error("\(error)"))
             return
         }
         // In a turn the loop's clock is the turn's (read once a poll); outside one (a reply
