@@ -322,6 +322,12 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         for (call, fate) in calls {
             call.timer?.cancel()
+            // Lost after the connection's system.auth failed (the daemon closes such connections):
+            // that failure is the reason, and nothing was applied.
+            if let authFailure, case .token(let name, _)? = options.credentials {
+                call.complete(.failure(.authenticationFailed(name: name, errorMessage: authFailure, method: call.method, id: call.id)))
+                continue
+            }
             switch fate {
             case .notSent:
                 call.complete(.failure(.notSent(address: "\(address)", method: call.method, id: call.id, reason: reason)))

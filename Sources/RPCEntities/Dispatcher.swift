@@ -246,7 +246,7 @@ public final class Dispatcher: @unchecked Sendable {
     }
 
     private func stageRequest(
-        _ request: Request, methodAndParam: UnsafeRawBufferPointer?, plainParam: PlainObject?,
+        _ request: Request, methodAndParam lineBytes: UnsafeRawBufferPointer?, plainParam: PlainObject?,
         plainKey: UnsafeRawBufferPointer?, session: inout Session, into out: inout [UInt8], calls: inout [Call]
     ) -> Stage {
         let form = session.form ?? .canonical
@@ -263,6 +263,12 @@ public final class Dispatcher: @unchecked Sendable {
         var param = request.param
         var prepared = plainParam.flatMap { entry.preparePlain?($0) }
         let journaled = entry.isMutation && log != nil
+        // A keyed mutation's param is journaled and digested in one form (`canonical`), so a retry
+        // that writes the same param otherwise is the same mutation: the line's own bytes serve
+        // when they are that form already (a plain param with its fields in declared order).
+        let canonicalize = entry.isMutation && (request.key != nil || plainKey != nil)
+            && !(plainParam?.keys(inOrder: entry.fieldNames) ?? false)
+        let methodAndParam = canonicalize ? nil : lineBytes
         // The parsed param, where a plain one was not enough: to decode and word an error, for a
         // journal body or a key's digest not made from the line's own bytes, and in debug builds
         // for the journal body's check of its copied bytes. (A keyed create parsed it always: ~10%
@@ -278,6 +284,8 @@ public final class Dispatcher: @unchecked Sendable {
                 return .served(Served(disposition: .reply, failed: true, known: true))
             }
         }
+        // After `prepare`, which validates what the peer sent as it sent it.
+        if canonicalize { param = param?.canonical(fieldOrder: entry.fieldNames) }
         let body = journaled ? JournalRecord.Body(request, param: param, methodAndParam: methodAndParam, plainKey: plainKey) : nil
         var keyed: Keyed?
         if entry.isMutation, let keyBytes = Keyed.bytes(key: request.key, plainKey: plainKey, body: body) {

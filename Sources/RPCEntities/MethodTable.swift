@@ -66,6 +66,8 @@ public struct MethodTable<State>: Sendable {
         /// `result`'s canonical head, written once for every reply.
         package let resultHead: MethodHead
         public let fields: [RPCField]
+        /// `fields`' names in declared order: a keyed mutation's param is digested in this order.
+        package let fieldNames: [String]
         public let isMutation: Bool
         /// What a caller needs: the role check reads it here, and so does `system.describe`.
         public let access: RPCAccess
@@ -96,6 +98,7 @@ public struct MethodTable<State>: Sendable {
             self.result = result
             self.resultHead = MethodHead(result)
             self.fields = fields
+            self.fieldNames = fields.map(\.name)
             self.isMutation = isMutation
             self.access = access
             self.service = service

@@ -102,4 +102,37 @@ struct SurpriseTests {
         let last = try runProcess(try Binaries.rpcd(), ["journal", "check", "--data-dir", dir.path])
         #expect(last.status == 1 && last.stdout.contains("`rpcd repair --data-dir \(dir.path)` cuts") && !last.stdout.contains("--force"), "\(last.stdout)")
     }
+
+    @Test("a keyed retry whose param has its fields in another order, other whitespace or escapes is the same mutation, across a restart")
+    func keyedRetryComparesParamsAsJSON() throws {
+        let dir = JournalSupport.makeDataDir()
+        defer { JournalSupport.remove(dir) }
+        let forms = [
+            #"{"id":"o1","name":"N","email":"e@x"}"#,
+            #"{"email":"e@x","name":"N","id":"o1"}"#,
+            #"{ "name" : "\u004e", "id":"o1",  "email":"e@x" }"#,
+        ]
+        func create(_ c: LineClient, _ param: String, id: String) throws -> String {
+            try c.request(#"{"id":"\#(id)","method":"user.createUser","param":\#(param),"key":"order-key"}"#)
+        }
+        var first = ""
+        for round in 0..<2 {
+            let daemon = try DaemonProcess(dataDir: dir)
+            defer { daemon.stop() }
+            let c = try LineClient(port: daemon.port)
+            for (n, param) in (round == 0 ? forms : forms.reversed()).enumerated() {
+                let reply = try create(c, param, id: "r")
+                if first.isEmpty { first = reply }
+                #expect(reply == first, "round \(round), form \(n): \(reply)")
+            }
+            let other = try create(c, #"{"id":"o1","name":"M","email":"e@x"}"#, id: "r")
+            #expect(other.contains("keyReused"), "\(other)")
+            // Outside its fields' declared order a param still builds (nested fields by their bytes).
+            let building = #"{"residents":["u2","u1"],"address":"A","name":"B","id":"b1"}"#
+            let b1 = try c.request(#"{"id":"b","method":"building.addBuilding","param":\#(building),"key":"bkey"}"#)
+            let b2 = try c.request(#"{"id":"b","method":"building.addBuilding","param":{"id":"b1","name":"B","address":"A","residents":["u2","u1"]},"key":"bkey"}"#)
+            #expect(b1 == b2 && !b1.contains("keyReused"), "\(b1) \(b2)")
+        }
+        #expect(first.contains("createUserResult"), "\(first)")
+    }
 }
