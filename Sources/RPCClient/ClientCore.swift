@@ -264,6 +264,10 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         case .closed:
             return .connectionClosed(address: "\(address)", method: call.method, id: call.id, reason: "the client was closed")
         case .idle(let reason) where options.reconnectPolicy == nil:
+            // The connection went after its system.auth failed: that failure is why.
+            if let authFailure, case .token(let name, _)? = options.credentials {
+                return .authenticationFailed(name: name, errorMessage: authFailure, method: call.method, id: call.id)
+            }
             return .notSent(address: "\(address)", method: call.method, id: call.id, reason: "not connected: \(reason)")
         default:
             if pending[call.id] != nil {

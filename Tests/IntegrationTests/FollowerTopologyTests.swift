@@ -147,6 +147,11 @@ struct FollowerTopologyTests {
             let c = try LineClient(port: follower.port)
             return try c.request(Wire.getUser("g", "u1")).contains("getUserResult")
         }, "\(follower.stderrTail())")
+        // With credentials for its leader and no auth file of its own, it serves the leader's data
+        // to whoever reaches it: it says so at start and in system.stats.
+        #expect(follower.stderrText.contains("has no auth_file of its own"), "\(follower.stderrTail())")
+        let stats = try LineClient(port: follower.port).request(#"{"id":"s","method":"system.stats"}"#)
+        #expect(stats.contains(#""warnings":["this follower authenticates to its leader but has no auth_file"#), "\(stats.prefix(400))")
 
         let reader = try LineClient(port: leader.port)
         #expect(try reader.request(principals.authLine("read")).contains("system.authResult"))

@@ -14,7 +14,7 @@ struct SurpriseTests {
     func wrongTokenShowsTheAuthError() async throws {
         let principals = try TestPrincipals()
         defer { principals.cleanUp() }
-        let daemon = try DaemonProcess(extraArguments: ["--auth-file", principals.file])
+        let daemon = try DaemonProcess(extraArguments: ["--auth-file", principals.file, "--auth-timeout", "0.5"])
         defer { daemon.stop() }
         let tokenFile = principals.file + ".wrong"
         try "not-the-token\n".write(toFile: tokenFile, atomically: true, encoding: .utf8)
@@ -38,6 +38,19 @@ struct SurpriseTests {
             }
             #expect(name == "read" && message.contains("unknown name or wrong token"), "\(message)")
             #expect(error.code == .unauthorized)
+        }
+        // A call made after the daemon closed the connection (auth_timeout) is told the same.
+        let late = try await RPCClient.connect(host: "127.0.0.1", port: daemon.port, options: options)
+        defer { late.close() }
+        try await Task.sleep(for: .seconds(1.5))
+        do {
+            _ = try await late.call(ListUsers())
+            Issue.record("expected .authenticationFailed")
+        } catch let error as RPCClientError {
+            guard case .authenticationFailed = error else {
+                Issue.record("expected .authenticationFailed after the close, got \(error)")
+                return
+            }
         }
     }
 
