@@ -79,10 +79,9 @@ public final class EventLoop: @unchecked Sendable {
     /// connections are added.
     ///
     /// A loop that waits for its peers (one request in flight, a reply, the next request) sleeps
-    /// in epoll between them, and the next request wakes it: on a 2-core VM that wake-up was most
-    /// of a round trip (get 1 × 1: p50 ~120 µs, against ~40 µs polling, 6 pairs of runs). A busy
-    /// loop (a quarter of its turn or less waiting) sleeps as before: polling at once broke a
-    /// pipelining peer's requests into smaller reads (get 50 × 16: 0.76 of the sleeping loop, 4 pairs).
+    /// in epoll between them, and the next request wakes it: that wake-up can be most of a round
+    /// trip, which polling saves. A busy loop (a quarter of its turn or less waiting) sleeps as
+    /// before: polling at once broke a pipelining peer's requests into smaller reads.
     public var busyPollNanoseconds = 0
     /// The last turn waited a quarter or more of its time: its lingers poll first (`busyPollNanoseconds`).
     @exclusivity(unchecked) private var pollsBeforeSleeping = false
@@ -213,9 +212,8 @@ public final class EventLoop: @unchecked Sendable {
 
     /// Runs the wake handler if a wake is pending. Asked after every eighth connection a turn
     /// serves too: the pipe's event comes after every connection that was ready before it, and an
-    /// fsync's replies waited behind them (at 50 × 16 durable creates, ~20 reads of ~30 µs each:
-    /// from the fsync's end to the first reply, p50 458 µs, asked between connections 68 µs).
-    /// Every eighth, not every one: asking on every event cost get 50 × 16 1.4% (six rounds).
+    /// fsync's replies waited behind all their reads. Every eighth, not every one: asking on
+    /// every event cost more than it saved.
     @inline(__always)
     private func takeWake() {
         if crpc_wake_flag_raised(wakeFlag) != 0 { runWake() }
@@ -292,14 +290,12 @@ public final class EventLoop: @unchecked Sendable {
     /// turn may keep the queue in all (work queued with `queue.async` runs after it).
     ///
     /// A busy loop leaves its turn only at `maxTurnNanoseconds`, and each leaving costs the
-    /// hand-off above before the next turn starts: on a 2-core Firecracker VM, where a wake-up
-    /// costs tens of µs, 250 µs turns left get 50 × 16 10–30% below 2 ms turns (ABBA, same
-    /// binary: 1.14, 0.98, 1.29, 1.30) and get 50 × 1 a few percent (1.02, 1.07, 1.08, 0.92).
+    /// hand-off above before the next turn starts: where a wake-up costs tens of µs, short turns
+    /// served pipelined gets well below long ones.
     static let lingerNanoseconds = 50_000
-    /// How long a busy poll spins between two `epoll_wait` calls that found nothing. Back to back,
-    /// each an empty system call, they were 30–36 a request at get 1 × 1 and 0.29 of the daemon's
-    /// 2.32 system calls a request at get 50 × 1 (`perf stat`); 2 µs apart, 9 and ~0.06, with the
-    /// same p50 at 1 × 1. A request is noticed at most this much later.
+    /// How long a busy poll spins between two `epoll_wait` calls that found nothing: back to back,
+    /// they were most of the daemon's system calls, for no earlier reply. A request is noticed at
+    /// most this much later.
     static let pollSpacingNanoseconds: UInt64 = 2_000
     static let maxLingers = 1_000
     static let maxTurnNanoseconds: UInt64 = 2_000_000

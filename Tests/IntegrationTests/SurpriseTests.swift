@@ -14,7 +14,8 @@ struct SurpriseTests {
     func wrongTokenShowsTheAuthError() async throws {
         let principals = try TestPrincipals()
         defer { principals.cleanUp() }
-        let daemon = try DaemonProcess(extraArguments: ["--auth-file", principals.file, "--auth-timeout", "0.5"])
+        let authTimeout = TestPace.seconds(1)
+        let daemon = try DaemonProcess(extraArguments: ["--auth-file", principals.file, "--auth-timeout", "\(authTimeout)"])
         defer { daemon.stop() }
         let tokenFile = principals.file + ".wrong"
         try "not-the-token\n".write(toFile: tokenFile, atomically: true, encoding: .utf8)
@@ -42,7 +43,7 @@ struct SurpriseTests {
         // A call made after the daemon closed the connection (auth_timeout) is told the same.
         let late = try await RPCClient.connect(host: "127.0.0.1", port: daemon.port, options: options)
         defer { late.close() }
-        try await Task.sleep(for: .seconds(1.5))
+        try await Task.sleep(for: .seconds(authTimeout * 2))
         do {
             _ = try await late.call(ListUsers())
             Issue.record("expected .authenticationFailed")

@@ -113,10 +113,8 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         self.durability = durability
         self.limits = limits
         // A lone loop waits on a thread of its own: one wake-up per idle spell instead of
-        // libdispatch's two, and half the context switches (durable creates 50 × 1, 2-core VM).
-        // Several loops keep libdispatch's hand-off: two loop threads of their own on 2 cores,
-        // each woken by every request it gets, served get 50 × 1 at 0.63 of it (6 pairs), their
-        // wake-ups preempting the load generator and each turn serving fewer requests.
+        // libdispatch's two. Several loops keep libdispatch's hand-off: threads of their own, each
+        // woken by every request, preempted the peers and served fewer requests a turn.
         self.loops = try EventLoopGroup(count: loopCount, ownThreads: loopCount <= 1)
         // The daemon-wide budget for unfinished lines, split evenly over the loops (connections
         // are dealt round-robin), so each loop checks its share without a lock. A share always

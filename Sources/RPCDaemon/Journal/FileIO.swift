@@ -8,7 +8,7 @@ import Glibc
 /// The one place the journal, snapshot and data directory call libc for files: -1 becomes a thrown
 /// `Errno`, EINTR is retried, and tests inject failures here (swift-system `valueOrErrno`).
 ///
-/// Test-only environment hooks (never set them in production):
+/// Test-only environment hooks, compiled into debug builds only (a release binary reads none):
 /// - `RPCD_TEST_FAIL_FSYNC_AFTER=N`: fsyncs after the first N fail with EIO.
 /// - `RPCD_TEST_FAIL_WRITE_AFTER=N`: file writes after the first N fail with ENOSPC.
 /// - `RPCD_TEST_CRASH_AT=POINT`: `_exit(99)` when the daemon reaches the named point (see `crashPoint`).
@@ -254,10 +254,12 @@ enum FileIO {
 
     /// Stops the process (exit 99, no cleanup) if `RPCD_TEST_CRASH_AT` names `point`.
     static func crashPoint(_ point: String) {
+        #if DEBUG
         if Faults.shared.crashAt == point {
             LogSink.stderr.write("rpcd: test hook RPCD_TEST_CRASH_AT=\(point): exiting now\n")
             _exit(99)
         }
+        #endif
     }
 
     @inline(__always)
@@ -288,10 +290,15 @@ final class MappedFile {
     }
 }
 
-/// Test-only failure injection, read once from the environment.
+/// Test-only failure injection, read once from the environment in debug builds; a release
+/// build injects nothing and holds none of the variables' names (swift-system's `ENABLE_MOCKING`).
 final class Faults: @unchecked Sendable {
     // @unchecked: the counters are guarded by `lock`; the limits are immutable.
+    #if DEBUG
     static let shared = Faults(environment: ProcessInfo.processInfo.environment)
+    #else
+    static let shared = Faults(environment: [:])
+    #endif
 
     let crashAt: String?
     /// Microseconds each fsync sleeps first (0: none).
@@ -305,11 +312,15 @@ final class Faults: @unchecked Sendable {
     private var writes = 0
 
     init(environment: [String: String]) {
+        #if DEBUG
         crashAt = environment["RPCD_TEST_CRASH_AT"]
         fsyncDelayMicroseconds = environment["RPCD_TEST_FSYNC_DELAY_MS"].flatMap { UInt32($0) }.map { min($0, 10_000) * 1000 } ?? 0
         compactionDelayMicroseconds = environment["RPCD_TEST_COMPACTION_DELAY_MS"].flatMap { UInt32($0) }.map { min($0, 10_000) * 1000 } ?? 0
         fsyncLimit = environment["RPCD_TEST_FAIL_FSYNC_AFTER"].flatMap { Int($0) }
         writeLimit = environment["RPCD_TEST_FAIL_WRITE_AFTER"].flatMap { Int($0) }
+        #else
+        (crashAt, fsyncDelayMicroseconds, compactionDelayMicroseconds, fsyncLimit, writeLimit) = (nil, 0, 0, nil, nil)
+        #endif
     }
 
     func fsyncFails() -> Bool {

@@ -219,8 +219,8 @@ final class Journal: MutationLog, @unchecked Sendable {
     /// the peers whose replies it released answer within a round trip, and a batch that goes
     /// before they do holds the first of them and leaves the rest for the fsync after
     /// (batches alternate small and large). One peer, or a batch of one, is never waited for.
-    /// The record that completes the count wakes the writer (`recorded()`); it used to poll
-    /// every 20 µs, and each sleep took ~95 µs on a 2-core VM (timer slack and wake-up).
+    /// The record that completes the count wakes the writer (`recorded()`): polling for it slept
+    /// far longer than asked (timer slack and the wake-up).
     private func awaitReturning(_ records: UInt64, for nanoseconds: UInt64) {
         guard records > 1 else { return }
         let deadline = Self.waitDeadline(nanoseconds, atLeast: Self.minReturnWait)
@@ -250,10 +250,8 @@ final class Journal: MutationLog, @unchecked Sendable {
 
     private static let maxReturnWait: UInt64 = 1_000_000
     /// A peer's round trip (the reply's wake-up and send, its next request's read) is not
-    /// shorter when an fsync is: with the spaces written ahead (`keepSpaceAhead`) an fsync
-    /// took ~90 µs, the wait timed out before the peers were back, and durable creates at
-    /// 50 × 1 fell into small batches in about one run of three (62k against 82k/s, twice the
-    /// fsyncs). With this floor, eight runs of eight were 79–85k/s.
+    /// shorter when an fsync is: without this floor a fast fsync (over spaces written ahead)
+    /// timed the wait out before the peers were back, and batches fell small (twice the fsyncs).
     private static let minReturnWait: UInt64 = 300_000
     /// The least a writer waits for a pass to end (`awaitPassEnd`).
     private static let minPassWait: UInt64 = 100_000
@@ -297,9 +295,8 @@ final class Journal: MutationLog, @unchecked Sendable {
     /// Under a sustained load (`fsync always`), keeps spaces written and synced ahead of the
     /// journal's end, so the fsyncs of the next batches have no metadata to write: a write that
     /// extends a file makes its fsync write the inode too (on ext4 more metadata), one more
-    /// device write each, where a write over bytes already there does not. On the development
-    /// VM `fdatasync` after an 8 KB append took 140 µs p50, after the same write over bytes
-    /// already written 86 µs; durable creates at 50 × 1 rose 23%.
+    /// device write each, where a write over bytes already there does not: a shorter fsync, and
+    /// more durable creates a second.
     ///
     /// Written between batches, while no record waits (its peers have yet to answer) or when the
     /// spaces run short; cut again once the writer has been idle for `idleCut` (`cutSpacesWhenIdle`)

@@ -8,11 +8,8 @@ import RPCTransport
 /// the mutations among them wait for the journal with one waiter, and the replies leave in one
 /// burst of sends, as Redis writes its clients' replies before it sleeps.
 ///
-/// Per pass, not per peer read: answering each read at once (b98de38, so the first of fifty
-/// peers did not wait for the other forty-nine) paid the batch's fixed costs per read and woke
-/// the load generator per reply (3–4× its context switches at get 50 × 1). Per pass: get 50 × 1
-/// faster in 13 of 18 alternating pairs (median +6%), get 50 × 16 in 3 of 4, durable creates
-/// 50 × 1 in 4 of 4 (stop 47, `rpcbench --spawn`, one binary, the two ways by a switch).
+/// Per pass, not per peer read: answering each read at once paid the batch's fixed costs per
+/// read and woke each peer per reply; a pass pays them once for all its ready peers.
 ///
 /// Two loops taking the state lock per request met there about once per request under a write
 /// load: a futex wait, a wake-up and two context switches each time, close to half the daemon's
