@@ -163,6 +163,8 @@ public final class Dispatcher: @unchecked Sendable {
         let param: JSONValue?
         /// The param was left plain (not parsed): the journal body's bytes hold it.
         let paramInBody: Bool
+        /// The digest of the param as the peer wrote it, when that was not its canonical form.
+        let digestAsSent: UInt64?
 
         /// A request's key, its hash and where its bytes are (nil: no key). The body's, when it holds
         /// them: no string of them (its allocation, and a retain and a release each time the key was
@@ -183,7 +185,8 @@ public final class Dispatcher: @unchecked Sendable {
             return UnsafeBufferPointer(rebasing: bytes[(nul + 1)...])
         }
 
-        init(hash: Int, bytes: Bytes, digest: UInt64, method: RPCMethod, param: JSONValue?, paramInBody: Bool) {
+        init(hash: Int, bytes: Bytes, digest: UInt64, method: RPCMethod, param: JSONValue?, paramInBody: Bool, digestAsSent: UInt64? = nil) {
+            self.digestAsSent = digestAsSent
             self.hash = hash
             self.bytes = bytes
             self.digest = digest
@@ -194,7 +197,7 @@ public final class Dispatcher: @unchecked Sendable {
 
         /// Whether `outcome` was remembered for this same request (`body`: the call's journal body).
         func matches(_ outcome: IdempotencyKeys.Outcome, body: JournalRecord.Body?) -> Bool {
-            guard outcome.legacyDigest else { return outcome.digest == digest }
+            guard outcome.legacyDigest else { return outcome.digest == digest || outcome.digest == digestAsSent }
             // Only outcomes read from a snapshot or feed older than `digest` have one: parsed now.
             let param = paramInBody ? body?.parsedParam() : self.param
             return outcome.digest == IdempotencyKeys.legacyDigest(method: method, param: param)
@@ -284,14 +287,19 @@ public final class Dispatcher: @unchecked Sendable {
                 return .served(Served(disposition: .reply, failed: true, known: true))
             }
         }
-        // After `prepare`, which validates what the peer sent as it sent it.
-        if canonicalize { param = param?.canonical(fieldOrder: entry.fieldNames) }
+        // After `prepare`, which validates what the peer sent as it sent it. The digest of the
+        // param as sent is kept too: outcomes remembered before params were canonical have it.
+        var asSent: UInt64?
+        if canonicalize {
+            asSent = IdempotencyKeys.digest(method: request.method, param: param)
+            param = param?.canonical(fieldOrder: entry.fieldNames)
+        }
         let body = journaled ? JournalRecord.Body(request, param: param, methodAndParam: methodAndParam, plainKey: plainKey) : nil
         var keyed: Keyed?
         if entry.isMutation, let keyBytes = Keyed.bytes(key: request.key, plainKey: plainKey, body: body) {
             keyed = Keyed(
                 hash: keyBytes.hash, bytes: keyBytes.bytes, digest: body?.digest ?? IdempotencyKeys.digest(method: request.method, param: param),
-                method: request.method, param: param, paramInBody: plainParam != nil && !needsParsed)
+                method: request.method, param: param, paramInBody: plainParam != nil && !needsParsed, digestAsSent: asSent)
         }
         guard let prepared else { preconditionFailure("a call is prepared or answered") }
         calls.append(Call(

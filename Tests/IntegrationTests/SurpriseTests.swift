@@ -149,4 +149,21 @@ struct SurpriseTests {
         }
         #expect(first.contains("createUserResult"), "\(first)")
     }
+
+    @Test("a keyed record journaled before params were canonical, out of declared order, still answers its identical retry")
+    func keyedRetryOfAnOlderRecord() throws {
+        let dir = JournalSupport.makeDataDir()
+        defer { JournalSupport.remove(dir) }
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let param = #"{"email":"e@x","name":"N","id":"o1"}"#
+        let record = JournalSupport.sealed(#"{"id":"r1","method":"user.createUser","param":\#(param),"key":"old-key","seq":1"#)
+        try (record + "\n").write(to: JournalSupport.journal(dir), atomically: false, encoding: .utf8)
+        let daemon = try DaemonProcess(dataDir: dir)
+        defer { daemon.stop() }
+        let c = try LineClient(port: daemon.port)
+        let retry = try c.request(#"{"id":"2","method":"user.createUser","param":\#(param),"key":"old-key"}"#)
+        #expect(retry.contains("createUserResult") && retry.contains(#""id":"o1""#), "\(retry)")
+        let reordered = try c.request(#"{"id":"3","method":"user.createUser","param":{"id":"o1","name":"N","email":"e@x"},"key":"old-key"}"#)
+        #expect(reordered.contains("keyReused"), "an older record's digest is of its own order only: \(reordered)")
+    }
 }
