@@ -1,2 +1,28 @@
-// Empty: the module exists for its header (a C target needs one source file).
+// The module's header holds most of it (static inline); what needs a glibc extension is here.
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdlib.h>
 #include "CRPCLinux.h"
+
+#ifdef __linux__
+struct crpc_adaptive_mutex {
+    pthread_mutex_t mutex;
+};
+
+crpc_adaptive_mutex *crpc_adaptive_mutex_create(void) {
+    crpc_adaptive_mutex *made = malloc(sizeof(crpc_adaptive_mutex));
+    if (made == NULL) abort();
+    pthread_mutexattr_t attributes;
+    pthread_mutexattr_init(&attributes);
+    pthread_mutexattr_settype(&attributes, PTHREAD_MUTEX_ADAPTIVE_NP);
+    pthread_mutex_init(&made->mutex, &attributes);
+    pthread_mutexattr_destroy(&attributes);
+    return made;
+}
+
+void crpc_adaptive_mutex_destroy(crpc_adaptive_mutex *mutex) {
+    pthread_mutex_destroy(&mutex->mutex);
+    free(mutex);
+}
+
+#endif

@@ -1,4 +1,4 @@
-import Dispatch
+import CRPCLinux
 import Foundation
 import RPCSchema
 
@@ -363,7 +363,7 @@ public final class Dispatcher: @unchecked Sendable {
                 }
             }
             // One clock read for the batch's keyed calls (the time a key is remembered at).
-            let now = anyKeyed ? DispatchTime.now().uptimeNanoseconds : 0
+            let now = anyKeyed ? crpc_monotonic_ns() : 0
             for index in calls.indices where out.count - start < maxBytes {
                 let call = first + index
                 var ticket: UInt64?
@@ -569,7 +569,7 @@ public final class Dispatcher: @unchecked Sendable {
         let keyed = request.key.map {
             (IdempotencyKeys.Key($0), body?.digest ?? IdempotencyKeys.digest(method: request.method, param: request.param))
         }
-        let now = DispatchTime.now().uptimeNanoseconds
+        let now = crpc_monotonic_ns()
         lock.lock()
         defer {
             lock.unlock()

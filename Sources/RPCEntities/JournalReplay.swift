@@ -1,11 +1,5 @@
-import Dispatch
+import CRPCLinux
 import RPCSchema
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
 
 /// Rebuilds the entity state from a snapshot and journal files, one line at a time, through the
 /// method table with no log attached (replay never journals). Pure: the caller reads the files.
@@ -36,6 +30,10 @@ public struct JournalReplay {
     private var lastEntry: (name: String, entry: MethodTable<Entities>.Entry)?
     /// Where a keyed plain record's reply is written, to be remembered (`apply(_:plain:seq:)`).
     private var scratch: [UInt8] = []
+
+    /// Where a big file's lines are parsed a chunk ahead (`forEachLine(_:parsedBy:…)`); nil: on
+    /// the replaying thread, in turn.
+    public var parsesAheadOn: ThreadStarter?
 
     public init(state: Entities = Entities(), table: MethodTable<Entities> = Entities.table) {
         self.state = state
@@ -111,7 +109,7 @@ public struct JournalReplay {
         var seals = SealRule()
         var previous: UInt64?
         let parser = LineParser(table: table, snapshot: false)
-        let scan = Self.forEachLine(bytes, parsedBy: parser, chunkBytes: chunkBytes) { line, number, offset, parsed -> Failure? in
+        let scan = Self.forEachLine(bytes, parsedBy: parser, chunkBytes: chunkBytes, startThread: parsesAheadOn) { line, number, offset, parsed -> Failure? in
             func failure(_ kind: Failure.Kind, _ reason: String) -> Failure {
                 Failure(line: number, offset: offset, reason: reason, kind: kind)
             }
@@ -182,7 +180,7 @@ public struct JournalReplay {
         var outcome = FileOutcome()
         var seals = SealRule()
         let parser = LineParser(table: table, snapshot: true)
-        let scan = Self.forEachLine(bytes, parsedBy: parser, chunkBytes: chunkBytes) { line, number, offset, parsed -> Failure? in
+        let scan = Self.forEachLine(bytes, parsedBy: parser, chunkBytes: chunkBytes, startThread: parsesAheadOn) { line, number, offset, parsed -> Failure? in
             func damaged(_ reason: String) -> Failure { Failure(line: number, offset: offset, reason: reason, kind: .damaged) }
             guard header != nil else {
                 switch JournalSnapshot.parseHeader(line) {
@@ -292,7 +290,7 @@ public struct JournalReplay {
     }
 
     /// Uptime now, the time replayed keys are remembered at (their window starts at the replay).
-    static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+    static func now() -> UInt64 { crpc_monotonic_ns() }
 
     /// Runs one mutation against the state; the reason it failed, or nil. A keyed record also
     /// remembers its outcome, as serving it did.
@@ -422,12 +420,8 @@ public struct JournalReplay {
     /// that was ~3% of it, byte by byte more).
     static func newline(in bytes: UnsafeRawBufferPointer, from: Int) -> Int? {
         guard from < bytes.count, let base = bytes.baseAddress else { return nil }
-        #if canImport(Glibc) || canImport(Darwin)
-        guard let found = memchr(base + from, Int32(UInt8(ascii: "\n")), bytes.count - from) else { return nil }
+        guard let found = crpc_memchr(base + from, Int32(UInt8(ascii: "\n")), UInt(bytes.count - from)) else { return nil }
         return UnsafeRawPointer(found) - base
-        #else
-        return wordwiseNewline(in: bytes, from: from)
-        #endif
     }
 
     /// `newline` eight bytes at a time, where there is no `memchr`.

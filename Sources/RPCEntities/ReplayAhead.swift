@@ -14,6 +14,9 @@ extension JournalReplay {
     /// Files smaller than two chunks are read on one thread, as before.
     static let aheadChunkBytes = 1 << 20
 
+    /// Runs a body on a thread of the caller's (the daemon's: nothing below it starts threads).
+    public typealias ThreadStarter = @Sendable (@escaping @Sendable () -> Void) -> Void
+
     /// A line parsed ahead of its turn.
     struct ParsedLine: @unchecked Sendable {
         // @unchecked: `plain` points into the file's bytes, which outlive the replay (the
@@ -62,14 +65,14 @@ extension JournalReplay {
     /// its first failure stops both threads; the result is `forEachLine`'s.
     static func forEachLine(
         _ bytes: UnsafeRawBufferPointer, parsedBy parser: LineParser, chunkBytes: Int = aheadChunkBytes,
-        _ body: (UnsafeRawBufferPointer, Int, Int, ParsedLine) -> Failure?
+        startThread: ThreadStarter?, _ body: (UnsafeRawBufferPointer, Int, Int, ParsedLine) -> Failure?
     ) -> (validBytes: Int, tornBytes: Int, lines: Int, failure: Failure?) {
         let chunkBytes = max(1, chunkBytes)
-        guard chunkBytes <= bytes.count / 2 else {
+        guard chunkBytes <= bytes.count / 2, let startThread else {
             return forEachLine(bytes) { line, number, offset in body(line, number, offset, parser.parse(line)) }
         }
         let ahead = ReadAhead(bytes, chunkBytes: chunkBytes, parser: parser)
-        ahead.start()
+        ahead.start(on: startThread)
         defer { ahead.stopAndWait() }
         var start = 0
         var number = 0
@@ -114,7 +117,8 @@ extension JournalReplay {
         private var ready: [Chunk] = []
         private var finished = false
         private var stopped = false
-        private let done = DispatchGroup()
+        /// The parsing thread is done with the bytes.
+        private var exited = false
         private static let maxAhead = 2
 
         init(_ bytes: UnsafeRawBufferPointer, chunkBytes: Int, parser: LineParser) {
@@ -123,11 +127,13 @@ extension JournalReplay {
             self.parser = parser
         }
 
-        func start() {
-            done.enter()
-            DispatchQueue.global(qos: .userInitiated).async { [self] in
+        func start(on startThread: ThreadStarter) {
+            startThread { [self] in
                 produce()
-                done.leave()
+                condition.lock()
+                exited = true
+                condition.broadcast()
+                condition.unlock()
             }
         }
 
@@ -148,8 +154,8 @@ extension JournalReplay {
             condition.lock()
             stopped = true
             condition.broadcast()
+            while !exited { condition.wait() }
             condition.unlock()
-            done.wait()
         }
 
         private func produce() {

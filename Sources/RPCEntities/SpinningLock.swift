@@ -1,33 +1,22 @@
-#if canImport(Glibc)
-import Glibc
+import CRPCLinux
 
-/// The entity state's lock: a glibc adaptive mutex, which spins a little (a bounded number of
-/// `pause`d tries) before it sleeps in the kernel.
+/// The entity state's lock: a glibc adaptive mutex (CRPCLinux), which spins a little (a bounded
+/// number of `pause`d tries) before it sleeps in the kernel.
 ///
 /// The state lock is held for about a microsecond per request, by every event loop. A plain mutex
-/// (`NSLock`) sleeps on the first miss: under a create load on two cores that was ~0.5 futex
-/// waits and context switches per request and about 40% of the daemon's CPU in the scheduler.
-/// Spinning first turns most misses into a wait of a few hundred nanoseconds.
+/// (`NSLock`) sleeps on the first miss: under a create load on two cores that cost futex waits,
+/// context switches and much of the daemon's CPU in the scheduler. Spinning first turns most
+/// misses into a wait of a few hundred nanoseconds.
 package final class SpinningLock: @unchecked Sendable {
     // @unchecked: the mutex is the synchronisation.
-    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    private let mutex: OpaquePointer
 
-    package init() {
-        mutex = .allocate(capacity: 1)
-        var attributes = pthread_mutexattr_t()
-        pthread_mutexattr_init(&attributes)
-        pthread_mutexattr_settype(&attributes, Int32(PTHREAD_MUTEX_ADAPTIVE_NP))
-        pthread_mutex_init(mutex, &attributes)
-        pthread_mutexattr_destroy(&attributes)
-    }
+    package init() { mutex = crpc_adaptive_mutex_create() }
 
-    deinit {
-        pthread_mutex_destroy(mutex)
-        mutex.deallocate()
-    }
+    deinit { crpc_adaptive_mutex_destroy(mutex) }
 
-    @inline(__always) package func lock() { pthread_mutex_lock(mutex) }
-    @inline(__always) package func unlock() { pthread_mutex_unlock(mutex) }
+    @inline(__always) package func lock() { crpc_adaptive_mutex_lock(mutex) }
+    @inline(__always) package func unlock() { crpc_adaptive_mutex_unlock(mutex) }
 
     @inline(__always)
     package func withLock<T>(_ body: () throws -> T) rethrows -> T {
@@ -36,9 +25,3 @@ package final class SpinningLock: @unchecked Sendable {
         return try body()
     }
 }
-#else
-import Foundation
-
-/// Elsewhere, a plain lock.
-package typealias SpinningLock = NSLock
-#endif

@@ -1,3 +1,4 @@
+import Foundation
 import RPCSchema
 import Testing
 
@@ -35,6 +36,8 @@ struct ReplayAheadTests {
     }()
     static let journal = Array(records.joined().utf8)
     static let chunkSizes = [1, 7, 64, 300]
+    /// The second thread, as the daemon gives it.
+    static let thread: JournalReplay.ThreadStarter = { body in Thread.detachNewThread(body) }
 
     typealias Replay = @Sendable (inout JournalReplay, UnsafeRawBufferPointer, Int) -> Result<JournalReplay.FileOutcome, JournalReplay.Failure>
     static let journalReplay: Replay = { replay, bytes, chunkBytes in replay.replayJournal(bytes, chunkBytes: chunkBytes) }
@@ -49,6 +52,7 @@ struct ReplayAheadTests {
         let expected = bytes.withUnsafeBytes { replay(&serial, $0, .max) }
         for chunkBytes in chunkSizes {
             var ahead = JournalReplay()
+            ahead.parsesAheadOn = Self.thread
             let result = bytes.withUnsafeBytes { replay(&ahead, $0, chunkBytes) }
             #expect(result == expected, "\(label), chunks of \(chunkBytes): \(result) against \(expected)", sourceLocation: sourceLocation)
             #expect(StateFingerprint(ahead) == StateFingerprint(serial) && ahead.applied == serial.applied,

@@ -5,6 +5,7 @@
 #define CRPCLINUX_H
 #ifdef __linux__
 #include <errno.h>
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
@@ -24,6 +25,29 @@ static inline int crpc_epoll_wait_ns(int epfd, struct epoll_event *events, int m
     return -1;
 #endif
 }
+
+/// CLOCK_MONOTONIC in nanoseconds: what `DispatchTime.now().uptimeNanoseconds` reads on Linux,
+/// for code that must not import Dispatch.
+static inline unsigned long long crpc_monotonic_ns(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (unsigned long long)now.tv_sec * 1000000000ULL + (unsigned long long)now.tv_nsec;
+}
+
+/// memchr(3), for code that must not import Glibc.
+static inline const void *crpc_memchr(const void *bytes, int byte, unsigned long count) {
+    return __builtin_memchr(bytes, byte, count);
+}
+
+/// A mutex that spins a moment before it sleeps (PTHREAD_MUTEX_ADAPTIVE_NP), behind an opaque
+/// handle so its users need not import Glibc. Create once, destroy once.
+/// Lock and unlock are inline: they run around every batch of requests.
+typedef struct crpc_adaptive_mutex crpc_adaptive_mutex;
+crpc_adaptive_mutex *crpc_adaptive_mutex_create(void);
+void crpc_adaptive_mutex_destroy(crpc_adaptive_mutex *mutex);
+/// The handle points at the mutex itself (shim.c's struct holds it first).
+static inline void crpc_adaptive_mutex_lock(crpc_adaptive_mutex *mutex) { pthread_mutex_lock((pthread_mutex_t *)(void *)mutex); }
+static inline void crpc_adaptive_mutex_unlock(crpc_adaptive_mutex *mutex) { pthread_mutex_unlock((pthread_mutex_t *)(void *)mutex); }
 
 /// Names the calling thread (what `top -H`, `perf` and `/proc/PID/task/*/comm` show); the kernel
 /// keeps the first 15 bytes.

@@ -52,10 +52,14 @@ struct Recovery {
         case start, readOnly
     }
 
+    /// Where a big file's lines are parsed a chunk ahead of their replay: a thread of the pool.
+    static let parseAhead: JournalReplay.ThreadStarter = { body in DispatchQueue.global(qos: .userInitiated).async(execute: body) }
+
     /// Replays snapshot.jsonl, journal.jsonl and journal.next.jsonl.
     static func load(_ files: DataFiles, log: Logger?, mode: Mode = .start) throws(Failure) -> Recovery {
         if mode == .start { try? FileIO.unlink(files.snapshotTemp) }  // a compaction that never got to its rename
         var replay = JournalReplay()
+        replay.parsesAheadOn = Self.parseAhead
         var snapshotBytes = 0
         var outcomes: [(path: String, outcome: JournalReplay.FileOutcome)] = []
         if let bytes = try read(files.snapshot, mode) {
