@@ -5,7 +5,8 @@ import PackageDescription
 // standard library only. Dependencies between modules point one way:
 //   RPCSchema <- RPCEntities <- RPCDaemon <- rpcd
 //   CRPCLinux <- RPCTransport <- RPCClient, RPCDaemon (which also takes getrandom from CRPCLinux)
-//   CRPCLinux <- RPCEntities (the CPU's CRC-32C instruction, for journal checksums)
+//   CRPCLinux <- RPCEntities (the CPU's CRC-32C instruction, the monotonic clock, memchr and the
+//   state's adaptive mutex: RPCEntities imports neither Dispatch nor Glibc)
 let package = Package(
     name: "rpcd",
     platforms: [.macOS(.v13)],
