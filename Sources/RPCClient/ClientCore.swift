@@ -265,9 +265,7 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
             return .connectionClosed(address: "\(address)", method: call.method, id: call.id, reason: "the client was closed")
         case .idle(let reason) where options.reconnectPolicy == nil:
             // The connection went after its system.auth failed: that failure is why.
-            if let authFailure, case .token(let name, _)? = options.credentials {
-                return .authenticationFailed(name: name, errorMessage: authFailure, method: call.method, id: call.id)
-            }
+            if let failed = authenticationFailed(call.method, id: call.id) { return failed }
             return .notSent(address: "\(address)", method: call.method, id: call.id, reason: "not connected: \(reason)")
         default:
             if pending[call.id] != nil {
@@ -328,8 +326,8 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
             call.timer?.cancel()
             // Lost after the connection's system.auth failed (the daemon closes such connections):
             // that failure is the reason, and nothing was applied.
-            if let authFailure, case .token(let name, _)? = options.credentials {
-                call.complete(.failure(.authenticationFailed(name: name, errorMessage: authFailure, method: call.method, id: call.id)))
+            if let failed = authenticationFailed(call.method, id: call.id) {
+                call.complete(.failure(failed))
                 continue
             }
             switch fate {
@@ -425,10 +423,8 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
             if entry.isAuth {
                 authFailure = reply.method == .error ? Self.errorMessage(reply) ?? "no message" : nil
                 complete(reply.id, .success(reply))
-            } else if reply.method == .error, let authFailure, case .token(let name, _)? = options.credentials,
-                Self.errorCode(reply) == .unauthorized
-            {
-                complete(reply.id, .failure(.authenticationFailed(name: name, errorMessage: authFailure, method: entry.method, id: reply.id)))
+            } else if reply.method == .error, Self.errorCode(reply) == .unauthorized, let failed = authenticationFailed(entry.method, id: reply.id) {
+                complete(reply.id, .failure(failed))
             } else if reply.method == .error || reply.method == entry.method.result {
                 complete(reply.id, .success(reply))
             } else {
@@ -442,6 +438,12 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         case .invalid:
             break  // not a request; never answered
         }
+    }
+
+    /// `.authenticationFailed` for a call, when this connection's `system.auth` failed.
+    private func authenticationFailed(_ method: RPCMethod, id: String) -> RPCClientError? {
+        guard let authFailure, case .token(let name, _)? = options.credentials else { return nil }
+        return .authenticationFailed(name: name, errorMessage: authFailure, method: method, id: id)
     }
 
     private static func errorMessage(_ reply: Request) -> String? {

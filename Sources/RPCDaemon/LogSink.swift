@@ -54,15 +54,15 @@ public final class LogSink: @unchecked Sendable {
         writeLock.withLock { Self.writeAll(Array(line.utf8), to: fd) }
     }
 
-    /// Queues one line; returns at once whatever the fd does.
+    /// Rate-limit windows open at once; keys may name a peer's host, so past this the rest share one.
     static let maxWindows = 1024
 
+    /// Queues one line; returns at once whatever the fd does.
     func post(_ level: LogLevel, _ text: String, key: String?, format: LogFormat) {
         let now = DispatchTime.now().uptimeNanoseconds
         condition.lock()
         defer { condition.unlock() }
         self.format = format
-        // Keys may name a peer's host: past `maxWindows` open windows the rest share one.
         var key = key
         if let named = key, windows[named] == nil, windows.count >= Self.maxWindows { key = "(more sources)" }
         if let key {

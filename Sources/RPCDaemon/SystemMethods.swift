@@ -92,7 +92,7 @@ final class DaemonContext: ServiceContext, @unchecked Sendable {
         let now = DispatchTime.now().uptimeNanoseconds
         let (check, wait) = lock.withLock { (authenticator, throttle.wait(host: session.peerHost, now: now)) }
         if let wait {
-            log.warning(key: "auth-throttled", "\(session.peer): system.auth not checked: \(session.peerHost) failed too often lately (wait \(String(format: "%.1f", max(0.1, wait))) s)")
+            log.warning(key: "auth-throttled", "\(session.peer): system.auth not checked: \(session.peerHost) failed too often lately (wait \(SystemMethods.seconds(wait)) s)")
             return .throttled(retryAfter: wait)
         }
         if let (principal, role) = check?(name, token) {
@@ -105,7 +105,7 @@ final class DaemonContext: ServiceContext, @unchecked Sendable {
         log.log(
             .warning, key: failures > AuthThrottle.freeFailures ? "auth-failed-\(session.peerHost)" : nil,
             "\(session.peer): system.auth failed for name \"\(Echo.text(name))\" (\(failures) failure\(failures == 1 ? "" : "s") from \(session.peerHost) lately"
-                + (delay > 0 ? "; its next try waits \(String(format: "%.1f", delay)) s)" : ")"))
+                + (delay > 0 ? "; its next try waits \(SystemMethods.seconds(delay)) s)" : ")"))
         return .failed
     }
 

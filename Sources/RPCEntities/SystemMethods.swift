@@ -3,7 +3,7 @@ import RPCSchema
 /// The `system` entity: about the daemon rather than its data. Registered in the method table like
 /// every other entity, so the dispatcher, `system.describe` and the role check all see it; the
 /// handlers read the daemon through its `ServiceContext`.
-enum SystemMethods {
+package enum SystemMethods {
     static func register(in table: inout MethodTable<Entities>) {
         table.service(SystemPing.self, access: .open) { _, _, context in
             .now(PingResult(version: context.version, uptimeSeconds: context.uptimeSeconds))
@@ -41,7 +41,7 @@ enum SystemMethods {
     }
 
     /// `1.5` for a wait in seconds, rounded up to a tenth.
-    static func seconds(_ wait: Double) -> String {
+    package static func seconds(_ wait: Double) -> String {
         let tenths = wait.isFinite ? Int(min(max((wait * 10).rounded(.up), 1), 36_000)) : 36_000
         return "\(tenths / 10).\(tenths % 10)"
     }
