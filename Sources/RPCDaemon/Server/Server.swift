@@ -7,7 +7,9 @@ import RPCTransport
 /// Wires the transport to the dispatcher: accepts connections, feeds their lines to the
 /// dispatcher, sends the counter-requests back in order, and shuts down in stages.
 final class Server: ConnectionDelegate, @unchecked Sendable {
-    // @unchecked: `connections`, `nextID` and `stopping` are guarded by `lock`; the rest is immutable.
+    // @unchecked: `connections`, `nextID`, `stopping`, the connection counts, `unauthenticated`,
+    // `httpLogged` and the access rules are guarded by `lock`; `lingering` is `acceptQueue`'s; the
+    // rest is immutable.
     let dispatcher: Dispatcher
     let log: Logger
     let limits: Connection.Limits
