@@ -70,8 +70,13 @@ if [ ! -x "$base/lib/systemd/systemd" ]; then
     say "creating the Debian root in $base (once; about a minute)"
     mkdir -p "$cache"
     rm -rf "$base.tmp"
-    debootstrap --variant=minbase --include="$packages" bookworm "$base.tmp" >"$cache/debootstrap.log" 2>&1 \
-        || { say "debootstrap failed; see $cache/debootstrap.log"; tail -n 20 "$cache/debootstrap.log"; exit 1; }
+    for try in 1 2 3; do  # a mirror's hiccup is retried; a third failure is reported
+        rm -rf "$base.tmp"
+        debootstrap --variant=minbase --include="$packages" bookworm "$base.tmp" >"$cache/debootstrap.log" 2>&1 && break
+        [ "$try" -lt 3 ] || { say "FAILED: debootstrap, three times; the end of $cache/debootstrap.log:"; tail -n 20 "$cache/debootstrap.log"; exit 1; }
+        say "debootstrap failed (try $try of 3); trying again in 10 s"
+        sleep 10
+    done
     mv "$base.tmp" "$base"
 fi
 
@@ -129,12 +134,19 @@ inside() {  # inside 'COMMANDS': runs them in the container as root
         bash -c "$1"
 }
 state=
-for _ in $(seq 1 150); do
+for _ in $(seq 1 600); do
     state=$(inside 'systemctl is-system-running' 2>/dev/null || true)
     case "$state" in running | degraded) break ;; esac
     sleep 0.2
 done
-say "container booted ($state)"
+case "$state" in
+running | degraded) say "container booted ($state)" ;;
+*)
+    say "FAILED: the container's systemd did not finish booting in 120 s (is-system-running: ${state:-no answer})"
+    tail -n 40 "$run/console.log"
+    exit 1
+    ;;
+esac
 inside '! command -v swift' >/dev/null || { say "the container has a Swift toolchain; it must not"; exit 1; }
 
 say "installing as README says:"
@@ -163,7 +175,8 @@ check "rpcd.socket is listening" test "$(active rpcd.socket)" = active
 check "rpcd.service is inactive until the first connection" test "$(active rpcd.service)" = inactive
 check "system.ping over 127.0.0.1:7878 inside the container" pings
 check "README's smoke test: rpcd call 127.0.0.1:7878 system.ping" inside 'rpcd call 127.0.0.1:7878 system.ping | grep -q system.pingResult'
-check "the service is active (running) after READY=1" test "$(prop rpcd.service ActiveState)/$(prop rpcd.service SubState)" = active/running
+running() { test "$(prop rpcd.service ActiveState)/$(prop rpcd.service SubState)" = active/running; }
+check "the service is active (running) after READY=1" wait_for 5 running
 check "systemctl status shows the STATUS= line" wait_for 5 status_line
 check "with nothing in the credential store, the service runs without the auth credential" \
     inside 'test ! -e /run/credentials/rpcd.service/auth'
@@ -192,9 +205,9 @@ check "the unit's Documentation= file is installed" inside "test -f $(sed -n 's/
 
 inside 'cp /etc/rpcd/rpcd.conf /etc/rpcd/rpcd.conf.good && echo "bogus_key = 1" >> /etc/rpcd/rpcd.conf'
 inside 'systemctl restart rpcd.service' >/dev/null 2>&1 || true
-sleep 2
-check "a bad config key fails the unit with status 2" \
-    test "$(prop rpcd.service ActiveState)/$(prop rpcd.service ExecMainStatus)" = failed/2
+failed_with_2() { test "$(prop rpcd.service ActiveState)/$(prop rpcd.service ExecMainStatus)" = failed/2; }
+check "a bad config key fails the unit with status 2" wait_for 10 failed_with_2
+sleep 1  # a restart, were there one, would show by now
 check "... and it is not restarted" test "$(prop rpcd.service NRestarts)" = 0
 inside 'mv /etc/rpcd/rpcd.conf.good /etc/rpcd/rpcd.conf && systemctl reset-failed rpcd.service'
 
