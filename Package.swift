@@ -2,9 +2,9 @@
 import PackageDescription
 
 // rpcd: a TCP RPC daemon. No package dependencies, by design: Foundation, Glibc, Dispatch and the
-// standard library only. Dependencies between modules point one way:
+// standard library only, and OpenSSL 3 from the system for TLS. Dependencies between modules point one way:
 //   RPCSchema <- RPCEntities <- RPCDaemon <- rpcd
-//   CRPCLinux <- RPCTransport <- RPCClient, RPCDaemon (which also takes getrandom from CRPCLinux)
+//   CRPCLinux, COpenSSL <- RPCTransport <- RPCClient, RPCDaemon (which also takes getrandom from CRPCLinux)
 //   CRPCLinux <- RPCEntities (the CPU's CRC-32C instruction, the monotonic clock, memchr and the
 //   state's adaptive mutex: RPCEntities imports neither Dispatch nor Glibc)
 let package = Package(
@@ -21,7 +21,9 @@ let package = Package(
         .target(name: "RPCEntities", dependencies: ["RPCSchema", "CRPCLinux"]),
         // Linux headers Glibc's module leaves out (epoll), and the CPU's CRC-32C instruction.
         .target(name: "CRPCLinux"),
-        .target(name: "RPCTransport", dependencies: ["CRPCLinux"]),
+        // OpenSSL 3, the one C library rpcd takes on: TLS for listeners, the client and followers.
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+        .target(name: "RPCTransport", dependencies: ["CRPCLinux", "COpenSSL"]),
         .target(name: "RPCClient", dependencies: ["RPCSchema", "RPCTransport"]),
         .target(name: "RPCDaemon", dependencies: ["RPCSchema", "RPCEntities", "RPCTransport", "RPCClient", "CRPCLinux"]),
         .executableTarget(name: "rpcd", dependencies: ["RPCDaemon"]),

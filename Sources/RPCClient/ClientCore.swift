@@ -67,9 +67,13 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
     /// Told why, each time a connection is lost.
     private var onLost: (@Sendable (String) -> Void)?
 
-    init(address: SocketAddress, options: RPCClientOptions) throws(Errno) {
+    /// TLS to the daemon, or nil for plain TCP.
+    private let tls: TLSContext?
+
+    init(address: SocketAddress, options: RPCClientOptions, tls: TLSContext? = nil) throws(Errno) {
         self.address = address
         self.options = options
+        self.tls = tls
         self.handlers = RequestHandlers()
         self.loop = try EventLoop(label: "rpc.client", readBufferBytes: 64 * 1024)
     }
@@ -166,13 +170,39 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         connectionCount += 1
         handedBytes = 0
         let limits = Connection.Limits(maxFrameBytes: options.maxFrameBytes, maxOutputBytes: options.maxOutputBytes)
+        var session: TLSSession?
+        if let tls {
+            do {
+                session = try tls.session(serverName: options.tls?.serverName ?? address.host)
+            } catch {
+                Syscall.close(fd)
+                state = .idle(reason: "\(error)")
+                if let waiter = connectWaiter {
+                    connectWaiter = nil
+                    connectDeadline = nil
+                    waiter(.failure(.connectFailed(address: "\(address)", reason: "\(error)")))
+                }
+                fail(pending.removeWaiting(), reason: "\(error)")
+                return
+            }
+        }
         // A reset after the daemon's last words (an `overloaded` error, say) still delivers them.
         let connection = Connection(
-            fd: fd, id: connectionCount, peer: address, loop: loop, limits: limits, onReset: .deliver, delegate: self)
+            fd: fd, id: connectionCount, peer: address, loop: loop, limits: limits, onReset: .deliver, tls: session, delegate: self)
         state = .connected(connection)
         // start() enqueues the registration; the flush below is enqueued after it.
         connection.start()
-        if let waiter = connectWaiter {
+        // Over TLS the first connect succeeds once the daemon's certificate verified
+        // (`connectionDidEstablishTLS`); calls and the token wait in the connection till then,
+        // and a daemon that never finishes the handshake is given up after `connectTimeout`.
+        if session != nil {
+            let limit = options.connectTimeout
+            queue.asyncAfter(deadline: connectDeadline ?? .now() + .nanoseconds(limit.nanoseconds)) { [self] in
+                guard case .connected(let current) = state, current === connection, connection.isNegotiatingTLS else { return }
+                connection.close(.error("TLS handshake not finished within \(limit.secondsText) s"))
+            }
+        }
+        if session == nil, let waiter = connectWaiter {
             connectWaiter = nil
             connectDeadline = nil
             waiter(.success(()))
@@ -460,14 +490,31 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         // Dropped: its id cannot be known; the call it answered fails by its timeout.
     }
 
+    func connectionDidEstablishTLS(_ connection: Connection) {
+        guard case .connected(let current) = state, current === connection, let waiter = connectWaiter else { return }
+        connectWaiter = nil
+        connectDeadline = nil
+        waiter(.success(()))
+    }
+
     func connectionDidClose(_ connection: Connection, reason: Connection.CloseReason) {
         guard case .connected(let current) = state, current === connection else { return }
-        let why: String
+        var why: String
         switch reason {
         case .finished: why = "the daemon closed the connection"
         case .peerReset(let message), .error(let message): why = message
         case .outputOverflow(let bytes): why = "the daemon stopped reading (\(bytes) bytes of requests pending)"
         case .closedByServer(let message), .shed(let message): why = message
+        }
+        if connection.isNegotiatingTLS {
+            if !why.hasPrefix("TLS") { why = "TLS handshake failed: \(why)" }
+            if !why.contains("certificate verify failed") { why += "; is \(address) a TLS listener (tls:HOST:PORT)?" }
+            if let waiter = connectWaiter {
+                connectWaiter = nil
+                connectDeadline = nil
+                state = .idle(reason: why)
+                waiter(.failure(.connectFailed(address: "tls:\(address)", reason: why)))
+            }
         }
         state = .idle(reason: why)
         onLost?(why)

@@ -41,21 +41,38 @@ public final class RPCClient: Sendable {
         return try await connect(to: text, options: options)
     }
 
-    /// Connects to rpcd at `HOST:PORT` (`127.0.0.1:7878`, `[::1]:7878`, `localhost:7878`) or
-    /// `unix:PATH`.
+    /// Connects to rpcd at `HOST:PORT` (`127.0.0.1:7878`, `[::1]:7878`, `localhost:7878`),
+    /// `tls:HOST:PORT` (TLS, see `RPCClientOptions.tls`) or `unix:PATH`.
     ///
     /// Without a reconnect policy, one try within `options.connectTimeout`. With one (or with a
     /// retry policy), it tries as the policy allows until `connectTimeout` has passed, so a
     /// program that starts before rpcd waits for it. Throws `.connectFailed`; cancelling the task
     /// stops the tries.
     public static func connect(to address: String, options: RPCClientOptions = RPCClientOptions()) async throws -> RPCClient {
-        guard let parsed = SocketAddress(parsing: address) else {
+        var options = options
+        var plain = address
+        if address.hasPrefix("tls:") {
+            plain = String(address.dropFirst(4))
+            if options.tls == nil { options.tls = RPCTLSOptions() }
+        }
+        guard let parsed = SocketAddress(parsing: plain) else {
             throw RPCClientError.connectFailed(
-                address: address, reason: "not HOST:PORT with an IP address or localhost as HOST (names are not resolved), nor unix:PATH")
+                address: address, reason: "not HOST:PORT with an IP address or localhost as HOST (names are not resolved), tls:HOST:PORT, nor unix:PATH")
+        }
+        var tls: TLSContext?
+        if let settings = options.tls {
+            do {
+                tls = try TLSContext.client(
+                    TLSConfiguration(
+                        certificateFile: settings.certificateFile, privateKeyFile: settings.keyFile, caFile: settings.caFile,
+                        verifiesPeer: !settings.insecure))
+            } catch {
+                throw RPCClientError.connectFailed(address: address, reason: "\(error)")
+            }
         }
         let core: ClientCore
         do {
-            core = try ClientCore(address: parsed, options: options)
+            core = try ClientCore(address: parsed, options: options, tls: tls)
         } catch {
             throw RPCClientError.connectFailed(address: address, reason: "could not create the client's event loop: \(error)")
         }

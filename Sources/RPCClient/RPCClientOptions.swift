@@ -109,6 +109,9 @@ public struct RPCClientOptions: Sendable {
     public var maxOutputBytes: Int
     /// Sent on connect and after every reconnect; nil: none (a daemon without an auth file).
     public var credentials: RPCCredentials?
+    /// TLS to the daemon; nil: plain TCP, unless the address is `tls:HOST:PORT` (then the
+    /// defaults: the system's trust store, the host as the name).
+    public var tls: RPCTLSOptions?
 
     public init(
         idGenerator: RPCIDGenerator = .sequential(),
@@ -119,9 +122,11 @@ public struct RPCClientOptions: Sendable {
         retry: RetryPolicy? = nil,
         maxFrameBytes: Int = 64 << 20,
         maxOutputBytes: Int = 64 << 20,
-        credentials: RPCCredentials? = nil
+        credentials: RPCCredentials? = nil,
+        tls: RPCTLSOptions? = nil
     ) {
         self.credentials = credentials
+        self.tls = tls
         self.idGenerator = idGenerator
         self.keyGenerator = keyGenerator
         self.defaultTimeout = defaultTimeout

@@ -54,6 +54,15 @@ public struct ServeOptions: Equatable, Sendable {
     public var followAuthFile: String?
     /// `HOST:PORT` (or `unix:PATH`) of the leader this daemon follows (`follow`); nil: a leader.
     public var follow: String?
+    /// The certificate and key TLS listeners present (`tls_cert_file`, `tls_key_file`).
+    public var tlsCertFile: String?
+    public var tlsKeyFile: String?
+    /// CA certificates that verify client certificates (`tls_ca_file`).
+    public var tlsCAFile: String?
+    /// Whether TLS listeners ask for client certificates (`tls_client_auth`).
+    public var tlsClientAuth: TLSConfiguration.ClientAuthentication = .none
+    /// Seconds a TLS peer has to finish its handshake. 0 = never.
+    public var tlsHandshakeTimeout: Double = 10
     /// `--config FILE`; nil: `$RPCD_CONFIG`, else `/etc/rpcd/rpcd.conf` if it exists (see `Config`).
     public var configPath: String?
     /// Config keys given as flags: they win over the config file.
@@ -99,8 +108,8 @@ public enum CommandLineParser {
 
         Usage:
           rpcd serve [options]             run the daemon
-          rpcd call [--timeout S] [--auth NAME:TOKEN-FILE] [--key KEY | --key auto] ADDRESS METHOD [PARAM-JSON | -]
-                                           send one request to HOST:PORT or unix:PATH, print its counter-request
+          rpcd call [--timeout S] [--auth NAME:TOKEN-FILE] [--key KEY | --key auto] [--ca FILE] [--cert FILE --key-file FILE] [--insecure] ADDRESS METHOD [PARAM-JSON | -]
+                                           send one request to HOST:PORT, tls:HOST:PORT or unix:PATH, print its counter-request
                                            (exit 0 result, 1 error.error, 2 usage, connection error or timeout);
                                            --auth authenticates with the token in TOKEN-FILE first
           rpcd check-config FILE           check a settings file (and the auth_file it names); print the effective
@@ -177,6 +186,13 @@ public enum CommandLineParser {
           --follow HOST:PORT       be a follower: mirror the leader at HOST:PORT (or unix:PATH) and serve reads
                                    only (mutations get readOnly); default none (a leader)
           --follow-auth-file PATH  a follower's NAME:TOKEN file, sent to its leader (default none)
+          --tls-cert-file PATH     PEM certificate (chain) that tls: listeners present (default none)
+          --tls-key-file PATH      its PEM private key; refused when group or others may read it (default none)
+          --tls-ca-file PATH       PEM CA certificates that verify client certificates (default none)
+          --tls-client-auth MODE   none (default), optional or required: ask tls: peers for a certificate
+          --tls-handshake-timeout SECONDS
+                                   close a TLS peer that has not finished its handshake in this time
+                                   (default 10; \(SettingRanges.describe(seconds: SettingRanges.idleTimeout, zero: "never")))
           --config FILE            settings file (default $RPCD_CONFIG, else /etc/rpcd/rpcd.conf if present); flags win
           Sizes take a KiB, MiB, GiB or TiB suffix, durations us, ms, s, m or h; the config file takes the same
           ranges. A value out of range is a usage error (exit 2).
@@ -245,8 +261,8 @@ public enum CommandLineParser {
                 }
             case "--listen":
                 let text = try value()
-                guard SocketAddress(parsing: text) != nil else {
-                    throw UsageError("--listen '\(text)' is not an address: use \(SocketAddress.acceptedForms)")
+                guard TLSSettings.parseListen(text) != nil else {
+                    throw UsageError("--listen '\(text)' is not an address: use \(TLSSettings.acceptedListenForms)")
                 }
                 options.listen.append(text)
             case "--data-dir": options.dataDir = try value()
@@ -284,6 +300,12 @@ public enum CommandLineParser {
                     throw UsageError("\(flag) needs a PATH; see rpcd --help")
                 }
                 if let problem = AccessSettings.apply(key, text, to: &options) { throw UsageError("\(flag) '\(text)' \(problem.reason)") }
+            case "--tls-cert-file", "--tls-key-file", "--tls-ca-file", "--tls-client-auth", "--tls-handshake-timeout":
+                let text = try value()
+                guard let key = TLSSettings.flags[flag], !(text.isEmpty && flag.hasSuffix("-file")) else {
+                    throw UsageError("\(flag) needs a PATH; see rpcd --help")
+                }
+                if let problem = TLSSettings.apply(key, text, to: &options) { throw UsageError("\(flag) '\(text)' \(problem.reason)") }
             default:
                 throw UsageError("unknown option '\(argument)' for serve; see rpcd --help")
             }
@@ -302,7 +324,7 @@ public enum CommandLineParser {
         "--max-unauthenticated": "max_unauthenticated",
         "--max-input-bytes": "max_input_bytes", "--compact-after-bytes": "compact_after_bytes",
         "--idempotency-keys": "idempotency_keys", "--idempotency-window": "idempotency_window",
-    ].merging(AccessSettings.flags) { first, _ in first }
+    ].merging(AccessSettings.flags) { first, _ in first }.merging(TLSSettings.flags) { first, _ in first }
 
     /// `text` parsed and range-checked by `parse`, or a usage error naming the flag, the value and the range.
     static func checked<T>(

@@ -13,7 +13,7 @@ public enum Config {
     public static let keys = [
         "listen", "data_dir", "fsync", "group_commit_delay", "compact_after_bytes", "max_frame_bytes", "max_output_bytes", "max_input_bytes",
         "max_connections", "idle_timeout", "line_timeout", "auth_timeout", "max_unauthenticated", "event_loops", "busy_poll", "idempotency_keys", "idempotency_window", "log_level",
-    ] + AccessSettings.keys
+    ] + AccessSettings.keys + TLSSettings.keys
     /// Keys that may appear more than once (each adds a value).
     static let repeatable: Set<String> = ["listen"]
 
@@ -77,7 +77,7 @@ public enum Config {
             }
             firstSeen[entry.key] = firstSeen[entry.key] ?? entry.line
             if entry.key == "listen" {
-                if let message = ConfigValue.checkAddress(entry.value) { problem(message) } else { fileListen.append(entry.value) }
+                if let message = ConfigValue.checkListen(entry.value) { problem(message) } else { fileListen.append(entry.value) }
                 continue
             }
             if let message = apply(entry.key, entry.value, to: &options) { problem(message) }
@@ -169,6 +169,8 @@ public enum Config {
         case "log_level":
             guard let level = LogLevel(name: value) else { return "log_level \"\(value)\" is not one of debug, info, warning, error" }
             options.logLevel = level
+        case _ where TLSSettings.keys.contains(key):
+            if let problem = TLSSettings.apply(key, value, to: &options) { return "\(key) \"\(value)\" \(problem.reason)" }
         default:
             if let problem = AccessSettings.apply(key, value, to: &options) { return "\(key) \"\(value)\" \(problem.reason)" }
         }
@@ -197,7 +199,8 @@ public enum Config {
             case "event_loops": options.eventLoops = flags.eventLoops
             case "busy_poll": options.busyPoll = flags.busyPoll
             case "log_level": options.logLevel = flags.logLevel
-            default: _ = AccessSettings.merge(key, from: flags, into: &options)
+            default:
+                if !AccessSettings.merge(key, from: flags, into: &options) { _ = TLSSettings.merge(key, from: flags, into: &options) }
             }
         }
         options.configPath = flags.configPath
@@ -225,6 +228,7 @@ public enum Config {
         lines.append("busy_poll = \(ConfigValue.render(shortSeconds: options.busyPoll))")
         lines.append("log_level = \(options.logLevel)")
         lines += AccessSettings.render(options)
+        lines += TLSSettings.render(options)
         return lines.joined(separator: "\n") + "\n"
     }
 
@@ -285,9 +289,9 @@ enum ConfigValue {
         try? bytes(text, in: Int.min...Int.max).get()
     }
 
-    /// A message when `text` is not an address `serve` can bind.
-    static func checkAddress(_ text: String) -> String? {
-        SocketAddress(parsing: text) == nil
-            ? "listen \"\(text)\" is not an address: use \(SocketAddress.acceptedForms)" : nil
+    /// A message when `text` is not an address `serve` can listen on.
+    static func checkListen(_ text: String) -> String? {
+        TLSSettings.parseListen(text) == nil
+            ? "listen \"\(text)\" is not an address: use \(TLSSettings.acceptedListenForms)" : nil
     }
 }

@@ -16,10 +16,13 @@ public protocol ConnectionDelegate: AnyObject, Sendable {
     /// Output that had to wait for the peer is all sent (only with `notifiesDrain` set): a
     /// producer that stopped at its window may write more.
     func connectionDidDrain(_ connection: Connection)
+    /// The TLS handshake finished and the peer's certificate verified (as the context asks).
+    func connectionDidEstablishTLS(_ connection: Connection)
 }
 
 extension ConnectionDelegate {
     public func connectionDidDrain(_ connection: Connection) {}
+    public func connectionDidEstablishTLS(_ connection: Connection) {}
 }
 
 /// One peer: a non-blocking fd registered with its loop's epoll set, a line framer, and a bounded
@@ -132,13 +135,16 @@ public final class Connection: @unchecked Sendable {
     @exclusivity(unchecked) private var finishingReason: CloseReason?
     @exclusivity(unchecked) private var heldBytes = 0
     @exclusivity(unchecked) private var nextSlot: UInt64 = 0
+    /// The connection's TLS, or nil for plain TCP; `outbound` then holds plaintext.
+    let tls: TLSSession?
 
     /// Takes ownership of `fd` (non-blocking). Call `start()` to begin reading.
     public init(
         fd: Int32, id: UInt64, peer: SocketAddress?, loop: EventLoop, limits: Limits, onReset: OnReset = .drop,
-        delegate: any ConnectionDelegate
+        tls: TLSSession? = nil, delegate: any ConnectionDelegate
     ) {
         self.fd = fd
+        self.tls = tls
         self.id = id
         self.peer = peer
         self.loop = loop
@@ -181,8 +187,23 @@ public final class Connection: @unchecked Sendable {
         } catch {
             token = 0
             close(.error("could not watch the socket: \(error)"))
+            return
+        }
+        if let tls, !tls.isServer {
+            tls.startHandshake()
+            flush()
         }
     }
+
+    /// The TLS handshake has not finished (false for plain TCP). For the handshake timeout.
+    public var isNegotiatingTLS: Bool {
+        guard let tls else { return false }
+        return !tls.isEstablished
+    }
+
+    /// The names of the peer's verified TLS certificate (subject CN, DNS names); empty for plain
+    /// TCP or without a verified certificate. Call on the loop queue.
+    public var verifiedPeerNames: [String] { tls?.verifiedPeerNames ?? [] }
 
     /// What the loop saw for this fd in this turn.
     func ready(_ events: IOEvents) {
@@ -208,16 +229,10 @@ public final class Connection: @unchecked Sendable {
     /// otherwise a short read means the queue is empty (level-triggered: a turn comes back for more).
     private func read(untilEOF: Bool) {
         loop.assertOnLoop()
+        if let tls { return readTLS(tls, untilEOF: untilEOF) }
         // A few reads per turn, then yield to the other connections of this loop.
         for _ in 0..<16 where closeReason == nil && !readClosed && !readPaused {
-            let result: IOResult<Int>
-            do {
-                result = try Syscall.receive(fd, into: loop.readBuffer)
-            } catch {
-                close(error.code == ECONNRESET ? .peerReset("connection reset by peer") : .error("\(error)"))
-                return
-            }
-            guard case .processed(let n) = result else { break }
+            guard let n = receive() else { break }
             if n == 0 {
                 peerFinished()
                 break
@@ -225,26 +240,107 @@ public final class Connection: @unchecked Sendable {
             bytesIn &+= UInt64(n)
             lastActivityAt = loop.now
             guard let delegate else { break }
-            framer.feed(UnsafeRawBufferPointer(rebasing: loop.readBuffer[0..<n])) { frame in
-                // Once the owner closes or stops reading (e.g. on a line that is not ours), the
-                // lines behind it in this read are not served either.
-                guard closeReason == nil, !readClosed else { return }
-                switch frame {
-                case .line(let line):
-                    lineStartedAt = 0
-                    delegate.connection(self, didReceive: line)
-                case .tooLarge(let length): delegate.connection(self, didReceiveOversizeLine: length)
-                }
-                flushIfLarge()
-            }
-            if lineStartedAt == 0 && framer.isMidLine { lineStartedAt = lastActivityAt }
-            reportInput()
+            serveLines(loop.readBuffer, count: n, delegate: delegate)
             if n < loop.readBuffer.count && !untilEOF { break }
         }
         // A flush with nothing to send, no write interest to drop and the peer still sending
         // would change nothing (pausing and EOF update the interest themselves): skipped, as it
         // is after nearly every read, whose replies the owner sends later (~150 instructions).
         if !outbound.isEmpty || interest.contains(.write) || readClosed { flush() }
+    }
+
+    /// One read into the loop's buffer: the byte count (0 at EOF), or nil when nothing is queued
+    /// or the read failed (the connection is then closed).
+    @inline(__always)
+    private func receive() -> Int? {
+        do {
+            guard case .processed(let n) = try Syscall.receive(fd, into: loop.readBuffer) else { return nil }
+            return n
+        } catch {
+            close(error.code == ECONNRESET ? .peerReset("connection reset by peer") : .error("\(error)"))
+            return nil
+        }
+    }
+
+    /// Frames the first `count` bytes of `buffer` and hands each line to the delegate.
+    @inline(__always)
+    private func serveLines(_ buffer: UnsafeMutableRawBufferPointer, count n: Int, delegate: any ConnectionDelegate) {
+        framer.feed(UnsafeRawBufferPointer(rebasing: buffer[0..<n])) { frame in
+            // Once the owner closes or stops reading (e.g. on a line that is not ours), the
+            // lines behind it in this read are not served either.
+            guard closeReason == nil, !readClosed else { return }
+            switch frame {
+            case .line(let line):
+                lineStartedAt = 0
+                delegate.connection(self, didReceive: line)
+            case .tooLarge(let length): delegate.connection(self, didReceiveOversizeLine: length)
+            }
+            flushIfLarge()
+        }
+        if lineStartedAt == 0 && framer.isMidLine { lineStartedAt = lastActivityAt }
+        reportInput()
+    }
+
+    /// `read(untilEOF:)` for a TLS peer: the socket's bytes go to OpenSSL, its plaintext to the framer.
+    private func readTLS(_ tls: TLSSession, untilEOF: Bool) {
+        var eof = false
+        for _ in 0..<16 where closeReason == nil && !readClosed && !readPaused {
+            guard let n = receive() else { break }
+            if n == 0 {
+                eof = true
+                break
+            }
+            bytesIn &+= UInt64(n)
+            lastActivityAt = loop.now
+            if !tls.checkedFirstByte {
+                tls.checkedFirstByte = true
+                // A TLS stream opens with a handshake record (22); anything else is a plain-text peer.
+                if tls.isServer && loop.readBuffer[0] != 22 {
+                    if let refusal = tls.plaintextRefusal { _ = try? Syscall.send(fd, refusal.withUnsafeBytes { $0 }) }
+                    close(.error("plain text on a TLS listener: the peer did not start a TLS handshake"))
+                    return
+                }
+            }
+            tls.receive(UnsafeRawBufferPointer(rebasing: loop.readBuffer[0..<n]))
+            let wasEstablished = tls.isEstablished
+            decryptTLS(tls)
+            if closeReason != nil { return }
+            // The handshake just finished: replies (a client's first requests) may go now.
+            if !wasEstablished && tls.isEstablished {
+                delegate?.connectionDidEstablishTLS(self)
+                if closeReason != nil { return }
+                if !outbound.isEmpty { flush() }
+            }
+            if n < loop.readBuffer.count && !untilEOF { break }
+        }
+        if eof && closeReason == nil && !readClosed { peerFinished() }
+        if closeReason == nil { flush() }
+    }
+
+    /// Decrypts the buffered input and serves its lines, until OpenSSL needs more from the socket.
+    private func decryptTLS(_ tls: TLSSession) {
+        while closeReason == nil && !readClosed && !readPaused {
+            switch tls.read(into: loop.readBuffer) {
+            case .data(let n):
+                guard let delegate else { return }
+                serveLines(loop.readBuffer, count: n, delegate: delegate)
+            case .needsInput:
+                return
+            case .closed:
+                peerFinished()
+                return
+            case .failed(let message):
+                // The alert OpenSSL wrote tells the peer why; sent once, without waiting.
+                sendTLSOutputOnce(tls)
+                close(.error(message))
+                return
+            }
+        }
+    }
+
+    /// One non-blocking attempt to send OpenSSL's pending records (an alert, a close_notify).
+    private func sendTLSOutputOnce(_ tls: TLSSession) {
+        _ = try? tls.pendingOutput.flush { bytes throws(Errno) in try Syscall.send(fd, bytes) }
     }
 
     /// Tells the loop how much unfinished input this peer holds now (the daemon-wide budget).
@@ -277,7 +373,12 @@ public final class Connection: @unchecked Sendable {
     private func updateInterest() {
         guard token != 0, closeReason == nil else { return }
         var wanted: IOInterest = readClosed || readPaused ? [] : .read
-        if !outbound.isEmpty { wanted.insert(.write) }
+        if let tls {
+            // Plaintext waits for the handshake (a read event), not for writability.
+            if !tls.pendingOutput.isEmpty || (!outbound.isEmpty && tls.isEstablished) { wanted.insert(.write) }
+        } else if !outbound.isEmpty {
+            wanted.insert(.write)
+        }
         guard wanted != interest else { return }
         do {
             try loop.reregister(fd, token: token, interest: wanted)
@@ -302,12 +403,19 @@ public final class Connection: @unchecked Sendable {
         guard readPaused else { return }
         readPaused = false
         updateInterest()
+        // Records already taken from the socket raise no event: decrypt them now.
+        if let tls, tls.hasBufferedInput {
+            queue.async { [self] in
+                if closeReason == nil && !readPaused && !readClosed, let tls = self.tls { decryptTLS(tls) }
+                if closeReason == nil { flush() }
+            }
+        }
     }
 
     /// Bytes queued for the peer and not yet taken by the socket (held replies included).
     public var pendingOutputBytes: Int {
         loop.preconditionOnLoop()
-        return outbound.count + heldBytes
+        return outbound.count + heldBytes + (tls?.pendingOutput.count ?? 0)
     }
 
     /// Sends now when enough is queued (64 KiB): an owner that queues many replies before its one
@@ -392,6 +500,7 @@ public final class Connection: @unchecked Sendable {
     public func flush() {
         loop.assertOnLoop()
         guard closeReason == nil else { return }
+        if let tls { return flushTLS(tls) }
         let result: OutboundBuffer.FlushResult
         let sentBefore = bytesOut
         do {
@@ -413,6 +522,44 @@ public final class Connection: @unchecked Sendable {
         if result == .flushed { closeIfFinished() }
     }
 
+    /// `flush()` for a TLS peer: plaintext is encrypted a record at a time, and only while the
+    /// records before it have left, so at most one record's worth waits encrypted.
+    private func flushTLS(_ tls: TLSSession) {
+        let sentBefore = bytesOut
+        let fd = fd
+        var sentRecords = false
+        func sendRecords() throws(Errno) -> OutboundBuffer.FlushResult {
+            try tls.pendingOutput.flush { bytes throws(Errno) in
+                let sent = try Syscall.send(fd, bytes)
+                if case .processed = sent { sentRecords = true }
+                return sent
+            }
+        }
+        do {
+            var records = try sendRecords()
+            if records == .flushed && tls.isEstablished {
+                _ = try outbound.flush { plaintext throws(Errno) in
+                    guard records == .flushed else { return .wouldBlock }
+                    let taken = tls.write(plaintext)
+                    guard taken > 0 else { return .wouldBlock }
+                    // Plaintext counts as out once encrypted: a client then takes a call handed to
+                    // TLS as possibly sent (never the other way round).
+                    bytesOut &+= UInt64(taken)
+                    records = try sendRecords()
+                    return .processed(taken)
+                }
+            }
+        } catch {
+            let reset = error.code == EPIPE || error.code == ECONNRESET
+            close(reset ? .peerReset("peer closed before reading its replies") : .error("\(error)"))
+            return
+        }
+        if let failure = tls.failure { return close(.error(failure)) }
+        if sentRecords || bytesOut != sentBefore { lastActivityAt = loop.inTurn ? loop.now : DispatchTime.now().uptimeNanoseconds }
+        updateInterest()
+        if outbound.isEmpty && tls.pendingOutput.isEmpty { closeIfFinished() }
+    }
+
     private func checkOutputCap() {
         let pending = outbound.count + heldBytes
         if pending > limits.maxOutputBytes { close(.outputOverflow(pending)) }
@@ -421,7 +568,9 @@ public final class Connection: @unchecked Sendable {
     // MARK: - Closing
 
     private func closeIfFinished() {
-        if readClosed && deferrals == 0 && held.isEmpty && outbound.isEmpty && closeReason == nil {
+        if readClosed && deferrals == 0 && held.isEmpty && outbound.isEmpty && closeReason == nil
+            && (tls?.pendingOutput.isEmpty ?? true)
+        {
             close(finishingReason ?? .finished)
         }
     }
@@ -454,6 +603,14 @@ public final class Connection: @unchecked Sendable {
         // Out of the set before the fd is closed: no later turn can report this fd, or a new
         // connection that reuses its number, to this connection.
         if token != 0 { loop.deregister(fd, token: token) }
+        if let tls {
+            // A close_notify, so the peer can tell this end from a cut connection.
+            switch reason {
+            case .finished, .closedByServer: tls.shutdown()
+            default: break
+            }
+            sendTLSOutputOnce(tls)
+        }
         Syscall.close(fd)
         delegate?.connectionDidClose(self, reason: reason)
         delegate = nil
@@ -467,7 +624,7 @@ public final class Connection: @unchecked Sendable {
         guard closeReason == nil else { return }
         flush()
         guard closeReason == nil else { return }
-        if outbound.isEmpty && held.isEmpty { return close(reason) }
+        if outbound.isEmpty && held.isEmpty && (tls?.pendingOutput.isEmpty ?? true) { return close(reason) }
         finishingReason = reason
         readClosed = true
         updateInterest()

@@ -9,13 +9,15 @@ import RPCTransport
 /// `…Result`, 1 for `error.error`, 2 for a usage error, a connection error or an expired timeout
 /// (with one line on stderr).
 enum CallCommand {
-    static let usage = "usage: rpcd call [--timeout S] [--auth NAME:TOKEN-FILE] [--key KEY | --key auto] ADDRESS METHOD [PARAM-JSON | -]"
+    static let usage =
+        "usage: rpcd call [--timeout S] [--auth NAME:TOKEN-FILE] [--key KEY | --key auto] [--ca FILE] [--cert FILE --key-file FILE] [--insecure] ADDRESS METHOD [PARAM-JSON | -]"
 
     static let help = """
         \(usage)
 
         Sends one request to rpcd and prints the counter-request that answers it as one JSON line.
-          ADDRESS       the daemon: HOST:PORT (127.0.0.1:7878) or unix:PATH (unix:/run/rpcd/rpcd.sock)
+          ADDRESS       the daemon: HOST:PORT (127.0.0.1:7878), tls:HOST:PORT (TLS) or unix:PATH
+                        (unix:/run/rpcd/rpcd.sock)
           METHOD        entity.method, e.g. user.getUser
           PARAM-JSON    the param object (default {}); - reads it from stdin
           --timeout S   seconds to wait for the connection and the reply together (default \(Int(defaultTimeout));
@@ -26,6 +28,11 @@ enum CallCommand {
           --key KEY     the mutation's idempotency key: the daemon applies it once, and running the same
                         call with the same key again (after a timeout, say) prints the first outcome;
                         1 to \(Request.maxKeyBytes) bytes. --key auto makes one and prints it on stderr
+          --ca FILE     PEM CA certificates that verify a tls: daemon (default: the system's trust store)
+          --cert FILE, --key-file FILE
+                        a client certificate and its key, for a daemon with tls_client_auth
+          --insecure    do not verify a tls: daemon's certificate (says so on stderr): anyone on the path
+                        can read and change the traffic; for a first try with a self-signed certificate
         Exit status: 0 result, 1 error.error, 2 usage error, connection error or timeout.
 
         Example:
@@ -43,6 +50,8 @@ enum CallCommand {
         var key: String?
         /// `--key auto`: the key was made here, and is printed on stderr so a retry can reuse it.
         var madeKey = false
+        /// TLS settings (for a tls: address).
+        var tls = RPCTLSOptions()
     }
 
     @Sendable static func run(_ arguments: [String]) -> Int32 {
@@ -56,6 +65,9 @@ enum CallCommand {
         } catch {
             LogSink.stderr.write("rpcd call: \(error.message)\n")
             return 2
+        }
+        if invocation.tls.insecure {
+            LogSink.stderr.write("rpcd call: --insecure: the daemon's certificate is not verified; whoever answers at \(invocation.address) gets the request\(invocation.credentials == nil ? "" : " and the token")\n")
         }
         if invocation.madeKey, let key = invocation.key {
             LogSink.stderr.write("rpcd call: key \(key) (run the same call with --key \(key) to retry it exactly once)\n")
@@ -78,6 +90,8 @@ enum CallCommand {
         var credentials: RPCCredentials?
         var key: String?
         var madeKey = false
+        var tls = RPCTLSOptions()
+        var tlsFlags: [String] = []
         var rest = arguments[...]
         /// The value of option `name` given as `--name VALUE` or `--name=VALUE`; nil when `argument` is another.
         func value(_ name: String, _ argument: String, needs what: String) throws(UsageError) -> String? {
@@ -88,7 +102,19 @@ enum CallCommand {
             return argument.hasPrefix(name + "=") ? String(argument.dropFirst(name.count + 1)) : nil
         }
         while let argument = rest.popFirst() {
-            if let text = try value("--auth", argument, needs: "NAME:TOKEN-FILE") {
+            if argument == "--insecure" {
+                tls.insecure = true
+                tlsFlags.append(argument)
+            } else if let text = try value("--ca", argument, needs: "a PEM file of CA certificates") {
+                tls.caFile = text
+                tlsFlags.append("--ca")
+            } else if let text = try value("--cert", argument, needs: "a PEM certificate file") {
+                tls.certificateFile = text
+                tlsFlags.append("--cert")
+            } else if let text = try value("--key-file", argument, needs: "the PEM key file of --cert") {
+                tls.keyFile = text
+                tlsFlags.append("--key-file")
+            } else if let text = try value("--auth", argument, needs: "NAME:TOKEN-FILE") {
                 credentials = try readCredentials(text)
             } else if let text = try value("--key", argument, needs: "a KEY, or auto") {
                 guard !text.isEmpty, text.utf8.count <= Request.maxKeyBytes else {
@@ -111,8 +137,15 @@ enum CallCommand {
             throw UsageError("too many arguments (\(positional.count)); quote the param as one argument: \(usage)")
         }
         let address = positional[0]
-        guard SocketAddress(parsing: address) != nil else {
-            throw UsageError("'\(address)' is not an address: use \(SocketAddress.acceptedForms)")
+        let isTLS = address.hasPrefix("tls:")
+        guard SocketAddress(parsing: isTLS ? String(address.dropFirst(4)) : address) != nil, !(isTLS && address.hasPrefix("tls:unix:")) else {
+            throw UsageError("'\(address)' is not an address: use \(SocketAddress.acceptedForms); tls:HOST:PORT for TLS")
+        }
+        if !isTLS, let flag = tlsFlags.first {
+            throw UsageError("\(flag) is for a TLS daemon: give its address as tls:\(address)")
+        }
+        if (tls.certificateFile == nil) != (tls.keyFile == nil) {
+            throw UsageError("--cert and --key-file go together: give the client certificate and its key")
         }
         guard let method = RPCMethod(parsing: positional[1]) else {
             throw UsageError("method '\(positional[1])' is not of the form entity.method, e.g. user.getUser")
@@ -133,7 +166,8 @@ enum CallCommand {
         } catch {
             throw UsageError("\(source) is not valid JSON (\(error)); give an object like '{\"userId\":\"u1\"}'")
         }
-        return Invocation(address: address, method: method, param: param, timeout: timeout, credentials: credentials, key: key, madeKey: madeKey)
+        return Invocation(
+            address: address, method: method, param: param, timeout: timeout, credentials: credentials, key: key, madeKey: madeKey, tls: tls)
     }
 
     /// `NAME:TOKEN-FILE` -> the name and the file's token (surrounding whitespace dropped).
@@ -159,7 +193,9 @@ enum CallCommand {
         let timeout = Duration.nanoseconds(Int64(invocation.timeout * 1e9))
         let deadline = ContinuousClock.now + timeout
         do {
-            let options = RPCClientOptions(defaultTimeout: timeout, connectTimeout: timeout, credentials: invocation.credentials)
+            let options = RPCClientOptions(
+                defaultTimeout: timeout, connectTimeout: timeout, credentials: invocation.credentials,
+                tls: invocation.address.hasPrefix("tls:") ? invocation.tls : nil)
             let client = try await RPCClient.connect(to: invocation.address, options: options)
             defer { client.close() }
             let remaining = max(deadline - ContinuousClock.now, .milliseconds(1))

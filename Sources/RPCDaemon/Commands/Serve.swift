@@ -32,12 +32,22 @@ extension Daemon {
 
         // Addresses are checked before any work, so a typo fails fast.
         var addresses: [SocketAddress] = []
+        var isTLS: [Bool] = []
         for text in options.listen {
-            guard let address = SocketAddress(parsing: text) else {
-                LogSink.stderr.write("rpcd: listen '\(text)' is not an address: use \(SocketAddress.acceptedForms)\n")
+            guard let (address, tls) = TLSSettings.parseListen(text) else {
+                LogSink.stderr.write("rpcd: listen '\(text)' is not an address: use \(TLSSettings.acceptedListenForms)\n")
                 return 2
             }
             addresses.append(address)
+            isTLS.append(tls)
+        }
+        // TLS: the certificate and key are loaded now, so a bad pair fails the start.
+        let tlsContext: TLSContext?
+        do {
+            tlsContext = try TLSSettings.serverContext(options)
+        } catch {
+            LogSink.stderr.write("rpcd: \(error)\n")
+            return 2
         }
         if let follow = options.follow, let leader = SocketAddress(parsing: follow), addresses.contains(where: { $0.mayBe(leader) }) {
             LogSink.stderr.write("rpcd: follow \(follow) is this daemon's own listen address, and a daemon cannot follow itself; point follow at the leader's address\n")
@@ -101,7 +111,8 @@ extension Daemon {
                 limits: Connection.Limits(maxFrameBytes: options.maxFrameBytes, maxOutputBytes: options.maxOutputBytes),
                 loopCount: loopCount, log: log,
                 maxConnections: options.maxConnections, idleTimeout: options.idleTimeout, lineTimeout: options.lineTimeout,
-                authTimeout: options.authTimeout, maxUnauthenticated: options.unauthenticatedCap, maxInputBytes: options.maxInputBytes,
+                authTimeout: options.authTimeout, tlsHandshakeTimeout: options.tlsHandshakeTimeout,
+                maxUnauthenticated: options.unauthenticatedCap, maxInputBytes: options.maxInputBytes,
                 access: policy.connectionAccess, journalStats: { journal.stats() }, feed: feed, busyPoll: options.busyPoll)
             server.replicationStats = {
                 var stats = follower?.stats ?? ReplicationStats(role: "leader", sequence: Int(clamping: feed.sequences.durable))
@@ -116,7 +127,11 @@ extension Daemon {
         do {
             // Socket activation: serve systemd's sockets instead of binding `listen`.
             let inherited = try SocketActivation.takeListeners()
-            if inherited.isEmpty { try server.listen(on: addresses) } else { try server.listen(inherited: inherited) }
+            if inherited.isEmpty {
+                try server.listen(on: zip(addresses, isTLS).map { address, tls in (address, tls ? tlsContext : nil) })
+            } else {
+                try server.listen(inherited: inherited)
+            }
         } catch {
             log.error("cannot listen: \(error); pick a free address with --listen HOST:PORT (port 0 picks a free port)")
             return 1

@@ -8,7 +8,7 @@ import RPCTransport
 /// caps, room made by closing the longest-unauthenticated), its clocks (idle, line, auth), and
 /// lines of another protocol (HTTP).
 extension Server {
-    func accepted(_ fd: Int32, peer: SocketAddress?, on listener: SocketAddress) {
+    func accepted(_ fd: Int32, peer: SocketAddress?, on listener: SocketAddress, tls: TLSContext? = nil) {
         var credentials: PeerCredentials?
         if case .unix = listener { credentials = try? Syscall.peerCredentials(fd) }
         let who = credentials.map { "uid \($0.uid) (pid \($0.pid))" } ?? peer.map { "\($0)" } ?? "?"
@@ -16,6 +16,16 @@ extension Server {
         if case .refuse(let error) = decision {
             refuse(fd, error, log: "refused \(who) on \(listener): \(error.errorMessage)")
             return
+        }
+        var session: TLSSession?
+        if let tls {
+            do {
+                session = try tls.session()
+            } catch {
+                log.warning(key: "tls-session", "closed a connection from \(who): \(error)")
+                Syscall.close(fd)
+                return
+            }
         }
         var overloaded = false
         var evicted: Connection?
@@ -36,7 +46,7 @@ extension Server {
             nextID += 1
             totalConnections += 1
             let connection = Connection(
-                fd: fd, id: nextID, peer: peer, loop: loops.nextLoop(), limits: limits, delegate: self)
+                fd: fd, id: nextID, peer: peer, loop: loops.nextLoop(), limits: limits, tls: session, delegate: self)
             let box = SessionBox(turn: turns[connection.loop.index], stats: loopStates[connection.loop.index], listener: "\(listener)")
             box.session.peer = who
             box.session.peerHost = credentials.map { "uid \($0.uid)" } ?? peer?.host ?? "?"
@@ -184,6 +194,11 @@ extension Server {
                 key: "line-timeout",
                 "connection \(connection.id) from \(box.session.peer): a line not ended \(ConfigValue.render(seconds: lineTimeout)) s after it began (line_timeout); closing")
             connection.close(.closedByServer("a line took more than \(ConfigValue.render(seconds: lineTimeout)) s (line_timeout)"))
+        case .handshake:
+            log.warning(
+                key: "handshake-timeout",
+                "connection \(connection.id) from \(box.session.peer): TLS handshake not finished within \(ConfigValue.render(seconds: tlsHandshakeTimeout)) s (tls_handshake_timeout); closing")
+            connection.close(.closedByServer("TLS handshake not finished within \(ConfigValue.render(seconds: tlsHandshakeTimeout)) s"))
         case .auth:
             stopAwaitingAuth(connection, box: box)
             log.warning(

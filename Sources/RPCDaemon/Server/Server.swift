@@ -43,6 +43,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     let lineTimeout: Double
     /// Seconds a connection that must authenticate has to; 0 = never.
     let authTimeout: Double
+    let tlsHandshakeTimeout: Double
     /// Connections that must authenticate and have not, oldest (lowest id) first; at most
     /// `maxUnauthenticated`, the oldest closed to make room. Guarded by `lock`.
     var unauthenticated: [UInt64] = []
@@ -104,7 +105,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
 
     init(
         dispatcher: Dispatcher, durability: (any MutationLog)?, limits: Connection.Limits, loopCount: Int, log: Logger,
-        maxConnections: Int = 0, idleTimeout: Double = 0, lineTimeout: Double = 0, authTimeout: Double = 0,
+        maxConnections: Int = 0, idleTimeout: Double = 0, lineTimeout: Double = 0, authTimeout: Double = 0, tlsHandshakeTimeout: Double = 0,
         maxUnauthenticated: Int = 1024, maxInputBytes: Int = Server.defaultMaxInputBytes,
         access: ConnectionAccess = ConnectionAccess(), journalStats: (@Sendable () -> JournalStats)? = nil,
         feed: ReplicationFeed? = nil, busyPoll: Double = 0
@@ -137,11 +138,12 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         self.idleTimeout = idleTimeout
         self.lineTimeout = lineTimeout
         self.authTimeout = authTimeout
+        self.tlsHandshakeTimeout = tlsHandshakeTimeout
         self.maxUnauthenticated = max(1, maxUnauthenticated)
         self.journalStats = journalStats
         self.loopStates = loops.loops.map { LoopState(loop: $0) }
         self.turns = loops.loops.map { _ in TurnBatch() }
-        let timeouts = ConnectionTimeouts(idle: idleTimeout, line: lineTimeout, auth: authTimeout)
+        let timeouts = ConnectionTimeouts(idle: idleTimeout, line: lineTimeout, auth: authTimeout, handshake: tlsHandshakeTimeout)
         for state in loopStates {
             state.startSweep(period: timeouts.sweepPeriod) { [unowned self] connection, now in
                 expire(connection, now: now, timeouts: timeouts, state: state)
@@ -162,14 +164,16 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     /// Serves on sockets that are already listening (socket activation). Logs `listening on HOST:PORT` for each.
     func listen(inherited fds: [Int32]) throws(Errno) {
         for fd in fds {
-            start(try Listener(listening: fd, queue: acceptQueue, onAccept: onAccept, onError: onListenerError), note: " (socket from systemd)")
+            start(try Listener(listening: fd, queue: acceptQueue, onAccept: onAccept(tls: nil), onError: onListenerError), note: " (socket from systemd)")
         }
     }
 
     /// Binds every address (in order) and starts accepting. Logs `listening on HOST:PORT` for each.
-    func listen(on addresses: [SocketAddress]) throws(Errno) {
-        for address in addresses {
-            start(try Listener(binding: address, queue: acceptQueue, onAccept: onAccept, onError: onListenerError), note: "")
+    func listen(on addresses: [(SocketAddress, TLSContext?)]) throws(Errno) {
+        for (address, tls) in addresses {
+            start(
+                try Listener(binding: address, queue: acceptQueue, onAccept: onAccept(tls: tls), onError: onListenerError),
+                note: tls == nil ? "" : " (TLS)")
         }
     }
 
@@ -191,8 +195,8 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         listener.start()
     }
 
-    private var onAccept: @Sendable (Int32, SocketAddress?, SocketAddress) -> Void {
-        { [unowned self] fd, peer, listener in self.accepted(fd, peer: peer, on: listener) }
+    private func onAccept(tls: TLSContext?) -> @Sendable (Int32, SocketAddress?, SocketAddress) -> Void {
+        { [unowned self] fd, peer, listener in self.accepted(fd, peer: peer, on: listener, tls: tls) }
     }
 
     private var onListenerError: @Sendable (String) -> Void {

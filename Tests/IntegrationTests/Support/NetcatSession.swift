@@ -16,7 +16,8 @@ struct NetcatSession {
 /// With `marker: "<!-- feed-session -->"` and `isReply: isFeedOutput` the same reads the change
 /// feed's session, where the journal lines a subscriber receives (they carry `"seq"`) are output too.
 func parseNetcatSessions(
-    readme: String, marker: String = "<!-- netcat-session -->", isReply: (String) throws -> Bool = isCounterRequest
+    readme: String, marker: String = "<!-- netcat-session -->", command: String = "$ nc",
+    isReply: (String) throws -> Bool = isCounterRequest
 ) throws -> [NetcatSession] {
     let lines = readme.components(separatedBy: "\n").map {
         $0.hasSuffix("\r") ? String($0.dropLast()) : $0
@@ -43,7 +44,7 @@ func parseNetcatSessions(
             i += 1
             if trimmed.isEmpty { continue }
             if trimmed.hasPrefix("$") {
-                if trimmed.hasPrefix("$ nc") {
+                if trimmed.hasPrefix(command) {
                     if let done = current { sessions.append(done) }
                     current = NetcatSession()
                 }
