@@ -183,12 +183,14 @@ public enum CommandLineParser {
                                    loopback peers only; no: serve anyone who can reach it
           --unix-roles LIST        roles for local peers on unix: sockets, by uid or user name, no token:
                                    e.g. '0:admin, www-data:read' (default none)
-          --follow HOST:PORT       be a follower: mirror the leader at HOST:PORT (or unix:PATH) and serve reads
+          --follow HOST:PORT       be a follower: mirror the leader at HOST:PORT (tls:HOST:PORT, unix:PATH) and serve reads
                                    only (mutations get readOnly); default none (a leader)
           --follow-auth-file PATH  a follower's NAME:TOKEN file, sent to its leader (default none)
-          --tls-cert-file PATH     PEM certificate (chain) that tls: listeners present (default none)
+          --tls-cert-file PATH     PEM certificate (chain) that tls: listeners present, and a follower of a
+                                   tls: leader presents when asked (default none)
           --tls-key-file PATH      its PEM private key; refused when group or others may read it (default none)
-          --tls-ca-file PATH       PEM CA certificates that verify client certificates (default none)
+          --tls-ca-file PATH       PEM CA certificates that verify client certificates, and a tls: leader
+                                   (default none: a follower then trusts the system store)
           --tls-client-auth MODE   none (default), optional or required: ask tls: peers for a certificate
           --tls-handshake-timeout SECONDS
                                    close a TLS peer that has not finished its handshake in this time

@@ -1,10 +1,8 @@
-/// What SIGHUP re-reads while the daemon serves.
+/// What SIGHUP re-reads while the daemon serves: the auth file and the TLS certificate and key.
 ///
-/// Nothing yet: every setting (listen, data_dir, fsync, limits, log_level) is read once at start
-/// and needs a restart, and SIGHUP says so instead of killing the daemon (its default action).
-/// Something that can be swapped safely while serving (the auth file is meant to be the first)
-/// adds a step; each step re-reads its source and returns one line for the log, or throws to keep
-/// what it had.
+/// Every other setting (listen, data_dir, fsync, limits, log_level) is read once at start and
+/// needs a restart. Each step re-reads its source and returns one line for the log, or throws to
+/// keep what it had.
 struct ReloadHook: Sendable {
     struct Step: Sendable {
         var name: String

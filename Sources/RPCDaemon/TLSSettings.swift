@@ -1,3 +1,5 @@
+import Foundation
+import RPCClient
 import RPCSchema
 import RPCTransport
 
@@ -85,6 +87,14 @@ enum TLSSettings {
         ].map { $0.hasSuffix(" = ") ? String($0.dropLast()) : $0 }
     }
 
+    /// A follower's TLS to a `tls:HOST:PORT` leader: the leader verified against `tls_ca_file`
+    /// (else the system's trust store), and `tls_cert_file`/`tls_key_file` presented when the
+    /// leader asks for a client certificate. nil for a plain leader.
+    static func followerOptions(_ options: ServeOptions) -> RPCTLSOptions? {
+        guard options.follow?.hasPrefix(listenPrefix) == true else { return nil }
+        return RPCTLSOptions(caFile: options.tlsCAFile, certificateFile: options.tlsCertFile, keyFile: options.tlsKeyFile)
+    }
+
     /// The server context for the TLS listeners, or nil when there are none. Checks what a
     /// listener needs (certificate, key, key mode) and that OpenSSL takes the files.
     static func serverContext(_ options: ServeOptions) throws(TLSError) -> TLSContext? {
@@ -108,5 +118,20 @@ enum TLSSettings {
             form: .canonical, into: &refusal)
         configuration.plaintextRefusal = refusal
         return try TLSContext.server(configuration)
+    }
+}
+
+/// The TLS listeners' context, swapped by SIGHUP: each accept takes the current one, so a
+/// connection keeps the certificate it began with.
+final class TLSContextHolder: @unchecked Sendable {
+    // @unchecked: `context` is read and written only under `lock`.
+    private let lock = NSLock()
+    private var context: TLSContext
+
+    init(_ context: TLSContext) { self.context = context }
+
+    var current: TLSContext {
+        get { lock.withLock { context } }
+        set { lock.withLock { context = newValue } }
     }
 }

@@ -302,15 +302,8 @@ public final class Connection: @unchecked Sendable {
                 }
             }
             tls.receive(UnsafeRawBufferPointer(rebasing: loop.readBuffer[0..<n]))
-            let wasEstablished = tls.isEstablished
             decryptTLS(tls)
             if closeReason != nil { return }
-            // The handshake just finished: replies (a client's first requests) may go now.
-            if !wasEstablished && tls.isEstablished {
-                delegate?.connectionDidEstablishTLS(self)
-                if closeReason != nil { return }
-                if !outbound.isEmpty { flush() }
-            }
             if n < loop.readBuffer.count && !untilEOF { break }
         }
         if eof && closeReason == nil && !readClosed { peerFinished() }
@@ -320,7 +313,17 @@ public final class Connection: @unchecked Sendable {
     /// Decrypts the buffered input and serves its lines, until OpenSSL needs more from the socket.
     private func decryptTLS(_ tls: TLSSession) {
         while closeReason == nil && !readClosed && !readPaused {
-            switch tls.read(into: loop.readBuffer) {
+            let result = tls.read(into: loop.readBuffer)
+            if !tls.announcedEstablished && tls.isEstablished {
+                // Before the first line: the owner learns who the peer is (its certificate) first.
+                tls.announcedEstablished = true
+                delegate?.connectionDidEstablishTLS(self)
+                if closeReason != nil { return }
+                // Replies that waited for the handshake (a client's first requests) may go now.
+                if !outbound.isEmpty { flush() }
+                if closeReason != nil { return }
+            }
+            switch result {
             case .data(let n):
                 guard let delegate else { return }
                 serveLines(loop.readBuffer, count: n, delegate: delegate)

@@ -185,6 +185,8 @@ public final class TLSSession {
     var pendingOutput = OutboundBuffer()
     /// Whether the first byte from the peer was looked at (a server checks it is TLS).
     var checkedFirstByte = false
+    /// Whether the connection told its owner the handshake finished.
+    var announcedEstablished = false
     /// Set once: a failure that ends the connection.
     private(set) var failure: String?
 

@@ -286,4 +286,118 @@ struct TLSTests {
             #expect(got == session.expectedReplies.map(normal), "\(out.stdout) \(out.stderr)")
         }
     }
+
+    @Test("SIGHUP rotation: new connections get the new certificate, an open one keeps working; a bad pair keeps the old one")
+    func sighupRotation() throws {
+        let certs = try TestCertificates()
+        try certs.otherCA("ca2")
+        try certs.issue("next", commonName: "localhost", altNames: "DNS:localhost,IP:127.0.0.1", signer: "ca2")
+        let cert = certs.path("live.pem")
+        let key = certs.path("live.key")
+        try FileManager.default.copyItem(atPath: certs.serverCert, toPath: cert)
+        try FileManager.default.copyItem(atPath: certs.serverKey, toPath: key)
+        try withDaemon(
+            listen: ["127.0.0.1:0", "tls:127.0.0.1:0"], extraArguments: ["--tls-cert-file", cert, "--tls-key-file", key]
+        ) { daemon in
+            let port = daemon.listeners[1].port
+            let open = try NetcatProcess(
+                executable: try TestCertificates.opensslBinary().path,
+                arguments: ["s_client", "-quiet", "-verify_return_error", "-CAfile", certs.ca, "-connect", "127.0.0.1:\(port)"])
+            defer { open.stop() }
+            try open.type(Self.ping)
+            #expect(open.waitForLines(1).first?.contains("pingResult") == true)
+            // A bad pair (the new certificate with the old key): logged, the old pair kept.
+            try FileManager.default.removeItem(atPath: cert)
+            try FileManager.default.copyItem(atPath: certs.path("next.pem"), toPath: cert)
+            kill(daemon.pid, SIGHUP)
+            #expect(daemon.stderrEventually(contains: "not reloaded"), "\(daemon.stderrTail())")
+            #expect(try Self.call(["--ca", certs.ca, "tls:127.0.0.1:\(port)", "system.ping"]).status == 0, "still the first pair")
+            // The good new pair.
+            try FileManager.default.removeItem(atPath: key)
+            try FileManager.default.copyItem(atPath: certs.path("next.key"), toPath: key)
+            chmod(key, 0o600)
+            kill(daemon.pid, SIGHUP)
+            #expect(daemon.stderrEventually(contains: "new connections use them"), "\(daemon.stderrTail())")
+            let fresh = try Self.call(["--ca", certs.path("ca2.pem"), "tls:127.0.0.1:\(port)", "system.ping"])
+            #expect(fresh.status == 0, "\(fresh.stderr)")
+            let stale = try Self.call(["--ca", certs.ca, "tls:127.0.0.1:\(port)", "system.ping"])
+            #expect(stale.status == 2 && stale.stderr.contains("certificate verify failed"), "\(stale.stderr)")
+            // The connection opened before the rotation still works.
+            try open.type(#"{"id":"2","method":"system.ping"}"#)
+            #expect(open.waitForLines(2).count == 2, "\(open.lines)")
+        }
+    }
+
+    @Test("a follower of a tls: leader mirrors it; it refuses a leader whose certificate does not verify and never sends it its token")
+    func followerOverTLS() throws {
+        let certs = try TestCertificates()
+        try certs.otherCA("stranger")
+        let auth = certs.path("auth")
+        let followFile = certs.path("follow")
+        let replica = try runProcess(try Binaries.rpcd(), ["auth", "add", "replica", "replicate", "--file", auth, "--follow-file", followFile])
+        #expect(replica.status == 0, "\(replica.stderr)")
+        let writer = try runProcess(try Binaries.rpcd(), ["auth", "add", "app", "write", "--file", auth])
+        try (writer.stdout.split(separator: "\n").last.map(String.init) ?? "").write(toFile: certs.path("app.token"), atomically: true, encoding: .utf8)
+        try Self.withTLSDaemon(certs, extra: ["--auth-file", auth]) { leader, tlsPort in
+            let created = try Self.call(
+                ["--ca", certs.ca, "--auth", "app:\(certs.path("app.token"))", "tls:127.0.0.1:\(tlsPort)", "user.createUser",
+                 #"{"id":"f1","name":"F","email":"f@example.com"}"#])
+            #expect(created.status == 0, "\(created.stdout) \(created.stderr)")
+            // The follower trusts the CA: it mirrors the leader.
+            try withDaemon(extraArguments: [
+                "--follow", "tls:127.0.0.1:\(tlsPort)", "--follow-auth-file", followFile, "--tls-ca-file", certs.ca,
+            ]) { follower in
+                #expect(follower.stderrEventually(contains: "following tls:127.0.0.1:\(tlsPort)", timeout: 10), "\(follower.stderrTail())")
+                var mirrored = false
+                for _ in 0..<50 where !mirrored {
+                    mirrored = try Self.userExists(follower.port, "f1")
+                    if !mirrored { usleep(100_000) }
+                }
+                #expect(mirrored, "the follower has the leader's record")
+            }
+            // The follower trusts another CA: its handshake fails, so its token never leaves it.
+            let handshakesFailed = leader.stderrTail(100_000).components(separatedBy: "TLS handshake failed").count
+            try withDaemon(extraArguments: [
+                "--follow", "tls:127.0.0.1:\(tlsPort)", "--follow-auth-file", followFile, "--tls-ca-file", certs.path("stranger.pem"),
+            ]) { follower in
+                #expect(follower.stderrEventually(contains: "certificate verify failed", timeout: 10), "\(follower.stderrTail())")
+                #expect(!follower.stderrTail().contains("following tls:"), "\(follower.stderrTail())")
+            }
+            #expect(leader.stderrTail(100_000).components(separatedBy: "TLS handshake failed").count > handshakesFailed, "\(leader.stderrTail())")
+        }
+    }
+
+    @Test("a verified client certificate named by an auth file line (NAME ROLE cert:CN) is that principal, with exactly its role, without system.auth")
+    func certificatePrincipals() throws {
+        let certs = try TestCertificates()
+        try certs.issue("app", commonName: "app-cert")
+        try certs.issue("reader", commonName: "someone", altNames: "DNS:reader.example")
+        try certs.issue("nobody", commonName: "nobody-cert")
+        let auth = certs.path("auth")
+        try "app write cert:app-cert\nreader read cert:reader.example\n".write(toFile: auth, atomically: true, encoding: .utf8)
+        chmod(auth, 0o600)
+        try Self.withTLSDaemon(certs, extra: ["--auth-file", auth, "--tls-ca-file", certs.ca, "--tls-client-auth", "optional"]) { daemon, tlsPort in
+            func call(_ name: String?, _ method: String, _ param: String) throws -> ProcessOutcome {
+                let cert = name.map { ["--cert", certs.path("\($0).pem"), "--key-file", certs.path("\($0).key")] } ?? []
+                return try Self.call(["--ca", certs.ca] + cert + ["tls:127.0.0.1:\(tlsPort)", method, param])
+            }
+            let create = #"{"id":"c1","name":"C","email":"c@example.com"}"#
+            let byApp = try call("app", "user.createUser", create)
+            #expect(byApp.status == 0 && byApp.stdout.contains("createUserResult"), "\(byApp.stdout) \(byApp.stderr)")
+            // A DNS name of the certificate names the reader; its role is read, so it may get and not create.
+            let readerGet = try call("reader", "user.getUser", #"{"userId":"c1"}"#)
+            #expect(readerGet.status == 0 && readerGet.stdout.contains("getUserResult"), "\(readerGet.stdout) \(readerGet.stderr)")
+            let readerCreate = try call("reader", "user.createUser", #"{"id":"c2","name":"C","email":"c@example.com"}"#)
+            #expect(readerCreate.status == 1 && readerCreate.stdout.contains("forbidden"), "\(readerCreate.stdout)")
+            // A certificate no line names, and no certificate: they must authenticate with a token.
+            for name in ["nobody", nil] {
+                let refused = try call(name, "user.getUser", #"{"userId":"c1"}"#)
+                #expect(refused.status == 1 && refused.stdout.contains("unauthorized"), "\(String(describing: name)): \(refused.stdout)")
+            }
+            // A certificate principal has no token: system.auth as it fails.
+            let c = try LineClient(port: daemon.port)
+            let answer = try c.request(#"{"id":"a","method":"system.auth","param":{"name":"app","token":""}}"#)
+            #expect(answer.contains("unauthorized"), "\(answer)")
+        }
+    }
 }

@@ -8,7 +8,7 @@ import RPCTransport
 /// | `protected_mode` / `--protected-mode` | `yes` (default) or `no` |
 /// | `unix_roles` / `--unix-roles` | `UID_OR_USERNAME:ROLE, …` (empty: none) |
 /// | `follow_auth_file` / `--follow-auth-file` | PATH of a follower's `NAME:TOKEN` file (empty: none) |
-/// | `follow` / `--follow` | `HOST:PORT` or `unix:PATH` of the leader to follow (empty: none, a leader) |
+/// | `follow` / `--follow` | `HOST:PORT`, `tls:HOST:PORT` or `unix:PATH` of the leader to follow (empty: none, a leader) |
 ///
 /// Without `auth_file`, `$CREDENTIALS_DIRECTORY/auth` is used when it exists: systemd's
 /// `LoadCredential=auth:/etc/rpcd/auth` puts a copy of the file there, readable by the service's
@@ -39,8 +39,8 @@ enum AccessSettings {
                 options.follow = nil
                 return nil
             }
-            guard SocketAddress(parsing: value) != nil else {
-                return ConfigValue.Problem("is not the leader's address: use \(SocketAddress.acceptedForms)")
+            guard TLSSettings.parseListen(value) != nil else {
+                return ConfigValue.Problem("is not the leader's address: use \(SocketAddress.acceptedForms); tls:HOST:PORT for a TLS leader")
             }
             options.follow = value
         case "protected_mode":

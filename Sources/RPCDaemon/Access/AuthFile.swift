@@ -7,7 +7,9 @@ import RPCTransport
 /// comment (at the start of a line or after a blank); blank lines are skipped.
 /// - NAME: 1 to 64 of `A-Z a-z 0-9 . _ -`, each name once;
 /// - ROLE: `read`, `write`, `replicate` or `admin` (`RPCRole`);
-/// - SECRET-HASH: SHA-256 of the token's UTF-8 bytes, 64 lowercase hex digits.
+/// - SECRET-HASH: SHA-256 of the token's UTF-8 bytes, 64 lowercase hex digits; or
+///   `cert:NAME`: a TLS peer whose verified client certificate carries NAME as its subject's CN
+///   or a DNS name is this principal without `system.auth` (it has no token).
 ///
 /// `rpcd auth add NAME ROLE` writes such lines; the token itself is never stored. Every problem
 /// is reported as `FILE:LINE: message`, all of them at once.
@@ -15,8 +17,10 @@ struct AuthFile: Sendable, Equatable {
     struct Principal: Sendable, Equatable {
         var name: String
         var role: RPCRole
-        /// SHA-256 of the token (32 bytes).
+        /// SHA-256 of the token (32 bytes); empty for a certificate principal.
         var secretHash: [UInt8]
+        /// The certificate name (CN or DNS name) of a `cert:` principal; nil for a token's.
+        var certificateName: String? = nil
         /// 1-based line in the file.
         var line: Int
     }
@@ -81,10 +85,21 @@ struct AuthFile: Sendable, Equatable {
     /// KELVIN SIGN for `K`, which would let a look-alike authenticate and be logged as itself.
     func authenticate(name: String, token: String) -> (name: String, role: RPCRole)? {
         let presented = Token.hash(token)
-        let principal = principals[name].flatMap { $0.name.utf8.elementsEqual(name.utf8) ? $0 : nil }
+        let principal = principals[name].flatMap { $0.name.utf8.elementsEqual(name.utf8) && $0.certificateName == nil ? $0 : nil }
         let matches = ConstantTime.equal(presented, principal?.secretHash ?? Self.dummyHash)
         guard let principal, matches else { return nil }
         return (principal.name, principal.role)
+    }
+
+    /// The principal a verified client certificate names: the first `cert:` line whose name is
+    /// one of `names` (its CN and DNS names), byte for byte.
+    func principal(forCertificateNames names: [String]) -> (name: String, role: RPCRole)? {
+        guard !names.isEmpty else { return nil }
+        let match = principals.values.filter { principal in
+            guard let wanted = principal.certificateName else { return false }
+            return names.contains { $0.utf8.elementsEqual(wanted.utf8) }
+        }.min { $0.line < $1.line }
+        return match.map { ($0.name, $0.role) }
     }
 
     /// A hash no token has (it is not any token's SHA-256 that anyone knows), compared against
@@ -140,7 +155,7 @@ struct AuthFile: Sendable, Equatable {
 
     private static func principal(_ fields: [Substring], line: Int) -> Result<Principal, Message> {
         guard fields.count == 3 else {
-            return .failure(Message("expected \(format) (3 fields), found \(fields.count); rpcd auth add NAME ROLE writes such lines"))
+            return .failure(Message("expected \(format) (3 fields), found \(fields.count); rpcd auth add NAME ROLE writes such lines (NAME ROLE cert:CN for a TLS client certificate)"))
         }
         let name = String(fields[0])
         if let problem = nameProblem(name) { return .failure(Message(problem)) }
@@ -150,6 +165,13 @@ struct AuthFile: Sendable, Equatable {
         case .failure(let message): return .failure(message)
         }
         let hex = fields[2]
+        if hex.hasPrefix("cert:") {
+            let certificateName = String(hex.dropFirst(5))
+            guard !certificateName.isEmpty, certificateName.utf8.count <= 255 else {
+                return .failure(Message("cert: of \"\(name)\" needs the certificate's CN or DNS name after it, e.g. cert:app.example.com"))
+            }
+            return .success(Principal(name: name, role: role, secretHash: [], certificateName: certificateName, line: line))
+        }
         guard hex.utf8.count == 2 * SHA256.byteCount, let hash = Hex.decode(lowercase: hex) else {
             let what = Hex.decode(lowercase: hex.lowercased()) != nil && hex.utf8.count == 64
                 ? "has uppercase digits; write it in lowercase"

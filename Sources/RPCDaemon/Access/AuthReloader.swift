@@ -50,6 +50,11 @@ final class AuthReloader: @unchecked Sendable {
         current.authenticate(name: name, token: token)
     }
 
+    /// The principal a verified client certificate with `names` is, in the file in effect now.
+    func principal(forCertificateNames names: [String]) -> (name: String, role: RPCRole)? {
+        current.principal(forCertificateNames: names)
+    }
+
     /// Re-reads `path`; on success the new file is in effect when this returns. A file others may
     /// write is refused like a bad one; one others may read is taken, and `warn` hears of it.
     func reload() -> Outcome {

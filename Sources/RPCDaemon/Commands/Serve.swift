@@ -42,14 +42,14 @@ extension Daemon {
             isTLS.append(tls)
         }
         // TLS: the certificate and key are loaded now, so a bad pair fails the start.
-        let tlsContext: TLSContext?
+        let tlsContext: TLSContextHolder?
         do {
-            tlsContext = try TLSSettings.serverContext(options)
+            tlsContext = try TLSSettings.serverContext(options).map(TLSContextHolder.init)
         } catch {
             LogSink.stderr.write("rpcd: \(error)\n")
             return 2
         }
-        if let follow = options.follow, let leader = SocketAddress(parsing: follow), addresses.contains(where: { $0.mayBe(leader) }) {
+        if let follow = options.follow, let leader = TLSSettings.parseListen(follow)?.address, addresses.contains(where: { $0.mayBe(leader) }) {
             LogSink.stderr.write("rpcd: follow \(follow) is this daemon's own listen address, and a daemon cannot follow itself; point follow at the leader's address\n")
             return 2
         }
@@ -99,10 +99,14 @@ extension Daemon {
         journal.attach(feed)
         context.attach(feed)
         let follower = options.follow.map {
-            Follower(leader: $0, credentials: followCredentials, dispatcher: dispatcher, journal: journal, log: log, configureKeys: configureKeys)
+            Follower(
+                leader: $0, credentials: followCredentials, tls: TLSSettings.followerOptions(options), dispatcher: dispatcher, journal: journal,
+                log: log, configureKeys: configureKeys)
         }
 
-        // Listeners.
+        // Listeners. A verified client certificate may name a principal of the auth file.
+        var certificatePrincipal: (@Sendable ([String]) -> (name: String, role: RPCRole)?)?
+        if let reloader { certificatePrincipal = { names in reloader.principal(forCertificateNames: names) } }
         let loopCount = options.loopCount(cores: ProcessInfo.processInfo.activeProcessorCount)
         let server: Server
         do {
@@ -113,7 +117,8 @@ extension Daemon {
                 maxConnections: options.maxConnections, idleTimeout: options.idleTimeout, lineTimeout: options.lineTimeout,
                 authTimeout: options.authTimeout, tlsHandshakeTimeout: options.tlsHandshakeTimeout,
                 maxUnauthenticated: options.unauthenticatedCap, maxInputBytes: options.maxInputBytes,
-                access: policy.connectionAccess, journalStats: { journal.stats() }, feed: feed, busyPoll: options.busyPoll)
+                access: policy.connectionAccess, journalStats: { journal.stats() }, feed: feed, busyPoll: options.busyPoll,
+                certificatePrincipal: certificatePrincipal)
             server.replicationStats = {
                 var stats = follower?.stats ?? ReplicationStats(role: "leader", sequence: Int(clamping: feed.sequences.durable))
                 stats.subscribers = feed.stats()
@@ -157,6 +162,15 @@ extension Daemon {
         if let reloader {
             // Principals removed from the file, or whose role or token changed, lose their connections.
             steps.append(reloader.step { revoked in server.close(principals: Set(revoked)) })
+        }
+        if let tlsContext {
+            // New connections take the new pair; those open keep the one they began with.
+            steps.append(
+                ReloadHook.Step(name: "TLS certificate and key") {
+                    guard let context = try TLSSettings.serverContext(options) else { return "no TLS listener" }
+                    tlsContext.current = context
+                    return "reloaded from \(options.tlsCertFile ?? "?") and \(options.tlsKeyFile ?? "?"); new connections use them"
+                })
         }
         let reload = ReloadHook(steps: steps)
         signals.onSignal { signal in

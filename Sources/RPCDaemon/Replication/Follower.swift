@@ -62,12 +62,16 @@ final class Follower: @unchecked Sendable {
     /// A record is waiting (the journal is behind, or a snapshot is being installed).
     private var blocked = false
 
+    /// TLS to a `tls:HOST:PORT` leader: its certificate verified before the token is sent.
+    private let tls: RPCTLSOptions?
+
     init(
-        leader: String, credentials: RPCCredentials?, dispatcher: Dispatcher, journal: Journal, log: Logger,
+        leader: String, credentials: RPCCredentials?, tls: RPCTLSOptions? = nil, dispatcher: Dispatcher, journal: Journal, log: Logger,
         configureKeys: @escaping @Sendable (inout Entities) -> Void
     ) {
         self.leader = leader
         self.credentials = credentials
+        self.tls = tls
         self.dispatcher = dispatcher
         self.journal = journal
         self.log = log
@@ -118,6 +122,7 @@ final class Follower: @unchecked Sendable {
         while lock.withLock({ stopped == nil }) {
             var options = RPCClientOptions()
             options.credentials = credentials
+            options.tls = tls
             options.connectTimeout = .seconds(5)
             // Whatever line the leader's frame limit lets through (the framer holds at most one).
             options.maxFrameBytes = SettingRanges.maxFrameBytes.upperBound

@@ -142,6 +142,22 @@ extension Server {
         }
     }
 
+    /// A TLS peer's handshake finished: a verified client certificate that an auth file line
+    /// (`NAME ROLE cert:CN-OR-DNS-NAME`) names authenticates it, with no `system.auth`.
+    func connectionDidEstablishTLS(_ connection: Connection) {
+        guard let box = connection.context as? SessionBox, box.session.role == nil, let lookup = certificatePrincipal else { return }
+        let names = connection.verifiedPeerNames
+        guard !names.isEmpty else { return }
+        guard let (name, role) = lookup(names) else {
+            log.debug("connection \(connection.id) from \(box.session.peer): its certificate (\(names.map { Echo.text($0, maxBytes: 80) }.joined(separator: ", "))) names no principal; it may call system.auth")
+            return
+        }
+        box.session.role = role
+        box.session.principal = name
+        if box.awaitingAuth { stopAwaitingAuth(connection, box: box) }
+        log.debug("connection \(connection.id) from \(box.session.peer): authenticated as \(name) (\(role.rawValue)) by its TLS client certificate")
+    }
+
     /// A connection that had to authenticate did, or is being closed: it no longer counts against
     /// `maxUnauthenticated` nor runs against the authentication timeout.
     func stopAwaitingAuth(_ connection: Connection, box: SessionBox) {

@@ -44,6 +44,8 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     /// Seconds a connection that must authenticate has to; 0 = never.
     let authTimeout: Double
     let tlsHandshakeTimeout: Double
+    /// The principal a verified TLS client certificate names (its CN and DNS names), if any.
+    let certificatePrincipal: (@Sendable ([String]) -> (name: String, role: RPCRole)?)?
     /// Connections that must authenticate and have not, oldest (lowest id) first; at most
     /// `maxUnauthenticated`, the oldest closed to make room. Guarded by `lock`.
     var unauthenticated: [UInt64] = []
@@ -108,9 +110,11 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         maxConnections: Int = 0, idleTimeout: Double = 0, lineTimeout: Double = 0, authTimeout: Double = 0, tlsHandshakeTimeout: Double = 0,
         maxUnauthenticated: Int = 1024, maxInputBytes: Int = Server.defaultMaxInputBytes,
         access: ConnectionAccess = ConnectionAccess(), journalStats: (@Sendable () -> JournalStats)? = nil,
-        feed: ReplicationFeed? = nil, busyPoll: Double = 0
+        feed: ReplicationFeed? = nil, busyPoll: Double = 0,
+        certificatePrincipal: (@Sendable ([String]) -> (name: String, role: RPCRole)?)? = nil
     ) throws(Errno) {
         self.accessRules = access
+        self.certificatePrincipal = certificatePrincipal
         self.feed = feed
         self.dispatcher = dispatcher
         self.durability = durability
@@ -169,7 +173,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     }
 
     /// Binds every address (in order) and starts accepting. Logs `listening on HOST:PORT` for each.
-    func listen(on addresses: [(SocketAddress, TLSContext?)]) throws(Errno) {
+    func listen(on addresses: [(SocketAddress, TLSContextHolder?)]) throws(Errno) {
         for (address, tls) in addresses {
             start(
                 try Listener(binding: address, queue: acceptQueue, onAccept: onAccept(tls: tls), onError: onListenerError),
@@ -195,8 +199,8 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         listener.start()
     }
 
-    private func onAccept(tls: TLSContext?) -> @Sendable (Int32, SocketAddress?, SocketAddress) -> Void {
-        { [unowned self] fd, peer, listener in self.accepted(fd, peer: peer, on: listener, tls: tls) }
+    private func onAccept(tls: TLSContextHolder?) -> @Sendable (Int32, SocketAddress?, SocketAddress) -> Void {
+        { [unowned self] fd, peer, listener in self.accepted(fd, peer: peer, on: listener, tls: tls?.current) }
     }
 
     private var onListenerError: @Sendable (String) -> Void {

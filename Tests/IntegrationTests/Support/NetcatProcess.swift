@@ -12,10 +12,15 @@ final class NetcatProcess {
     private let output: PipeDrain
     private let errors: PipeDrain
 
-    init(nc: String, port: Int) throws {
+    convenience init(nc: String, port: Int) throws {
+        try self.init(executable: nc, arguments: ["127.0.0.1", "\(port)"])
+    }
+
+    /// Any line-at-a-time client, e.g. `openssl s_client -quiet …` for a TLS session.
+    init(executable: String, arguments: [String]) throws {
         _ = ignoreSIGPIPEInTests
-        process.executableURL = URL(fileURLWithPath: nc)
-        process.arguments = ["127.0.0.1", "\(port)"]
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
         let inPipe = Pipe()
         let outPipe = Pipe()
         let errPipe = Pipe()
