@@ -33,7 +33,7 @@ let package = Package(
         .testTarget(name: "RPCTransportTests", dependencies: ["RPCTransport"]),
         .testTarget(name: "RPCDaemonTests", dependencies: ["RPCDaemon", "RPCTransport"]),
         // Starts the real binaries (rpcd, rpcbench) over real TCP.
-        .testTarget(name: "IntegrationTests", dependencies: ["RPCSchema", "RPCEntities", "RPCClient", "TestSupport"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["RPCSchema", "RPCEntities", "RPCClient", "TestSupport", "COpenSSL"]),
         // Uses only the library product's targets (RPC): its main.swift is README's "Use it from Swift".
         .executableTarget(name: "rpc-example", dependencies: ["RPCSchema", "RPCClient"]),
         .testTarget(name: "RPCClientTests", dependencies: ["RPCSchema", "RPCClient", "TestSupport"]),

@@ -166,7 +166,7 @@ extension TLSError {
 /// non-blocking socket I/O (no SIGPIPE, one syscall layer) and OpenSSL never touches the fd.
 /// Used on the connection's loop only.
 public final class TLSSession {
-    enum ReadResult {
+    package enum ReadResult {
         /// Plaintext bytes written to the buffer.
         case data(Int)
         /// No whole record buffered: wait for the socket.
@@ -182,7 +182,7 @@ public final class TLSSession {
     let isServer: Bool
     let plaintextRefusal: [UInt8]?
     /// Encrypted bytes made by OpenSSL and not yet taken by the socket.
-    var pendingOutput = OutboundBuffer()
+    package var pendingOutput = OutboundBuffer()
     /// Whether the first byte from the peer was looked at (a server checks it is TLS).
     var checkedFirstByte = false
     /// Whether the connection told its owner the handshake finished.
@@ -230,7 +230,7 @@ public final class TLSSession {
     public var isEstablished: Bool { SSL_is_init_finished(ssl) == 1 }
 
     /// A client's first flight (ClientHello), queued in `pendingOutput`.
-    func startHandshake() {
+    package func startHandshake() {
         ERR_clear_error()
         let result = SSL_do_handshake(ssl)
         if result != 1 { _ = classify(result) }
@@ -238,7 +238,7 @@ public final class TLSSession {
     }
 
     /// Takes encrypted bytes read from the socket.
-    func receive(_ bytes: UnsafeRawBufferPointer) {
+    package func receive(_ bytes: UnsafeRawBufferPointer) {
         var offset = 0
         while offset < bytes.count {
             let chunk = Int32(clamping: bytes.count - offset)
@@ -255,7 +255,7 @@ public final class TLSSession {
     var hasBufferedInput: Bool { crpc_bio_pending(input) > 0 || SSL_pending(ssl) > 0 }
 
     /// Decrypts what it can into `buffer` (driving the handshake first).
-    func read(into buffer: UnsafeMutableRawBufferPointer) -> ReadResult {
+    package func read(into buffer: UnsafeMutableRawBufferPointer) -> ReadResult {
         if let failure { return .failed(failure) }
         ERR_clear_error()
         var count = 0
@@ -267,7 +267,7 @@ public final class TLSSession {
 
     /// Encrypts a prefix of `bytes` (at most a record's worth) into `pendingOutput`; returns how
     /// many plaintext bytes it took, 0 while the handshake is under way.
-    func write(_ bytes: UnsafeRawBufferPointer) -> Int {
+    package func write(_ bytes: UnsafeRawBufferPointer) -> Int {
         guard failure == nil, !bytes.isEmpty else { return 0 }
         ERR_clear_error()
         var count = 0

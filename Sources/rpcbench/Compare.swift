@@ -47,8 +47,10 @@ func measureRedis(durable: Bool, options: Options) throws -> Measurement {
     let redis = try RedisServer(binary: binary, durable: durable)
     defer { redis.stop() }
     let load = RedisLoad(workload: options.workload, users: options.users, conns: options.conns)
-    let row = try measure(load, against: LoadTarget(name: "redis", port: redis.port, cpuSeconds: { redis.cpuSeconds() }), options: options)
-    print("redis       SET key{n} value as inline commands, \(durable ? "appendonly yes, appendfsync always" : "no persistence")")
+    var target = LoadTarget(name: "redis", port: redis.port, cpuSeconds: { redis.cpuSeconds() })
+    if options.tls { target.tlsPort = redis.tlsPort }
+    let row = try measure(load, against: target, options: options)
+    print("redis       SET key{n} value as inline commands, \(durable ? "appendonly yes, appendfsync always" : "no persistence")\(options.tls ? ", over TLS" : "")")
     row.printFigures(
         errorsLine: "\(row.errorReplies) replies other than +OK, \(row.mismatches) unexpected replies",
         serverLabel: "redis CPU", serverNote: "; RSS \(redis.rssKiB()) KiB")

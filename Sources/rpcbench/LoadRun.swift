@@ -37,6 +37,9 @@ struct LoadTarget {
     var cpuSeconds: () -> Double? = { nil }
     /// Whether that CPU is rpcbench's own (the floor is a thread of rpcbench): taken out of bench CPU.
     var inProcess = false
+    /// With `--tls`, the port the load uses instead of `port` (which setup and stats use).
+    var tlsPort: Int?
+    var tls: Bool { tlsPort != nil }
 }
 
 /// Hands a non-Sendable value to one other thread that alone uses it until `group.wait()`.
@@ -53,7 +56,9 @@ func measure<Load: LoadProtocol>(_ load: Load, against target: LoadTarget, optio
     var connections: [LoadConnection] = []
     defer { for connection in connections { close(connection.fd) } }
     for index in 0..<options.conns {
-        connections.append(LoadConnection(fd: try openConnection(host: target.host, port: target.port), index: index))
+        let connection = LoadConnection(fd: try openConnection(host: target.host, port: target.tlsPort ?? target.port), index: index)
+        if target.tls { connection.tls = try BenchTLS.shared.handshake(connection.fd) }
+        connections.append(connection)
     }
 
     let start = nowNanoseconds()

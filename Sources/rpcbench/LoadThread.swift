@@ -1,5 +1,6 @@
 import CRPCLinux
 import Foundation
+import RPCTransport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -31,6 +32,8 @@ final class LoadConnection {
     var outputStart = 0
     var input: [UInt8] = []
     var closed = false
+    /// TLS over the fd, or nil for plain TCP.
+    var tls: TLSSession?
 
     init(fd: Int32, index: Int) {
         self.fd = fd
@@ -39,7 +42,7 @@ final class LoadConnection {
 
     var inflightCount: Int { inflight.count - inflightHead }
     /// Output not yet sent (the socket had no room for it).
-    var hasOutput: Bool { outputStart < output.count }
+    var hasOutput: Bool { outputStart < output.count || !(tls?.pendingOutput.isEmpty ?? true) }
 }
 
 /// Opens a blocking-connect TCP socket, then makes it non-blocking.
@@ -153,6 +156,7 @@ final class LoadThread<Load: LoadProtocol> {
     }
 
     private func flush(_ connection: LoadConnection) {
+        if let tls = connection.tls { return flushTLS(connection, tls) }
         while connection.hasOutput && !connection.closed {
             let n = connection.output.withUnsafeBytes { raw in
                 send(connection.fd, raw.baseAddress! + connection.outputStart, raw.count - connection.outputStart, Int32(MSG_NOSIGNAL))
@@ -170,7 +174,49 @@ final class LoadThread<Load: LoadProtocol> {
         connection.outputStart = 0
     }
 
+    /// `flush` over TLS: a record's worth of plaintext encrypted once the records before it left.
+    private func flushTLS(_ connection: LoadConnection, _ tls: TLSSession) {
+        while !connection.closed {
+            do {
+                let records = try tls.pendingOutput.flush { bytes throws(Errno) in try Syscall.send(connection.fd, bytes) }
+                guard records == .flushed else { return }
+            } catch {
+                return fail(connection, "send failed: \(error)")
+            }
+            guard connection.outputStart < connection.output.count else { break }
+            let taken = connection.output.withUnsafeBytes { tls.write(UnsafeRawBufferPointer(rebasing: $0[connection.outputStart...])) }
+            guard taken > 0 else { return fail(connection, "TLS would not take the request bytes") }
+            connection.outputStart += taken
+        }
+        connection.output.removeAll(keepingCapacity: true)
+        connection.outputStart = 0
+    }
+
+    /// `readAll` over TLS: what the socket holds goes to OpenSSL, the plaintext to `consume`.
+    private func readAllTLS(_ connection: LoadConnection, _ tls: TLSSession, stopping: Bool) {
+        while !connection.closed {
+            let n = readBuffer.withUnsafeMutableBytes { recv(connection.fd, $0.baseAddress, $0.count, 0) }
+            if n == 0 { return fail(connection, "the server closed the connection") }
+            if n < 0 {
+                if errno == EINTR { continue }
+                if errno != EAGAIN { fail(connection, "read failed: \(String(cString: strerror(errno)))") }
+                return
+            }
+            readBuffer.withUnsafeBytes { tls.receive(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+            decrypt: while true {
+                switch readBuffer.withUnsafeMutableBytes({ tls.read(into: $0) }) {
+                case .data(let count): consume(connection, count: count, stopping: stopping)
+                case .needsInput: break decrypt
+                case .closed: return fail(connection, "the server closed the TLS stream")
+                case .failed(let message): return fail(connection, message)
+                }
+            }
+            if n < readBuffer.count { return }
+        }
+    }
+
     private func readAll(_ connection: LoadConnection, stopping: Bool) {
+        if let tls = connection.tls { return readAllTLS(connection, tls, stopping: stopping) }
         while !connection.closed {
             // recv(2), as the daemon reads: read(2) passes the file layer first.
             let n = readBuffer.withUnsafeMutableBytes { recv(connection.fd, $0.baseAddress, $0.count, 0) }

@@ -31,6 +31,8 @@ struct Options {
     var followers: [Int]?
     /// Passed to every daemon rpcbench spawns, after its own arguments (`--daemon-arg`).
     var daemonArguments: [String] = []
+    /// Load over TLS: rpcd's tls: listener, Redis's --tls-port (certificates made with openssl).
+    var tls = false
 
     static let usage = """
         usage: rpcbench (--connect HOST:PORT | --spawn PATH_TO_RPCD) [options]
@@ -59,6 +61,9 @@ struct Options {
                              records (p50/p99/max of the leader's subscribers[].lagRecords every 10 ms
                              while measured) and the catch-up after the load; a list such as 0,2 runs
                              the load once per count and prints RATIO followers=2/followers=0
+                  --tls              run the load over TLS: a spawned rpcd gets a tls: listener, Redis its --tls-port
+                             (--tls-auth-clients no), with a CA and certificate made by the openssl command;
+                             with --idle, the idle connections finish a TLS handshake first
           --idle N           open N idle connections to a spawned daemon, report its RSS per connection
           --recovery N       write N mutations, stop the daemon, time its restart until "listening on"
           --in-process N     no sockets: run N requests of the workload through the dispatcher on this thread
@@ -135,6 +140,7 @@ struct Options {
                     throw UsageError("--followers '\(text)' is not a count of followers (0 to 16) or a list such as 0,2")
                 }
                 options.followers = counts.compactMap { $0 }
+            case "--tls": options.tls = true
             case "--help", "-h": throw UsageError(usage)
             default: throw UsageError("unknown option '\(flag)'; see rpcbench --help")
             }
@@ -150,6 +156,9 @@ struct Options {
         if let batch = options.batch, batch > 4096 { throw UsageError("--batch \(batch) is more than 4096; the daemon answers at most 512 requests together") }
         if !options.compare.isEmpty && (options.idle != nil || options.recovery != nil || options.inProcess != nil) {
             throw UsageError("--compare goes with a load run, not --idle, --recovery or --in-process")
+        }
+        if options.tls && (options.compare.contains(.floor) || options.connect != nil || options.inProcess != nil) {
+            throw UsageError("--tls goes with --spawn and --compare redis: the floor and --connect speak plain TCP only")
         }
         return options
     }

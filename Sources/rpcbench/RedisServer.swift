@@ -9,6 +9,8 @@ import Glibc
 final class RedisServer {
     let process: Process
     let port: Int
+    /// `--tls-port` with `--tls` (0 without).
+    let tlsPort: Int
     let dir: String
 
     /// `redis-server` on PATH, or nil.
@@ -29,12 +31,21 @@ final class RedisServer {
         // A free port can be taken between probing it and Redis binding it: try another.
         for _ in 0..<3 {
             let port = try freeLoopbackPort()
+            let tlsPort = options.tls ? try freeLoopbackPort() : 0
+            var tlsArguments: [String] = []
+            if options.tls {
+                let tls = BenchTLS.shared
+                tlsArguments = [
+                    "--tls-port", "\(tlsPort)", "--tls-cert-file", tls.certificateFile, "--tls-key-file", tls.keyFile,
+                    "--tls-ca-cert-file", tls.caFile, "--tls-auth-clients", "no",
+                ]
+            }
             let process = Process()
             process.executableURL = URL(fileURLWithPath: binary)
             process.arguments = [
                 "--port", "\(port)", "--bind", "127.0.0.1", "--save", "", "--dir", dir, "--logfile", log,
                 "--daemonize", "no",
-            ] + (durable ? ["--appendonly", "yes", "--appendfsync", "always"] : ["--appendonly", "no"])
+            ] + (durable ? ["--appendonly", "yes", "--appendfsync", "always"] : ["--appendonly", "no"]) + tlsArguments
             process.standardInput = FileHandle.nullDevice
             process.standardOutput = FileHandle.nullDevice
             _ = FileManager.default.createFile(atPath: dir + "/redis.stderr", contents: nil)
@@ -44,6 +55,7 @@ final class RedisServer {
             if Self.waitForPong(port: port, process: process, seconds: 10) {
                 self.process = process
                 self.port = port
+                self.tlsPort = tlsPort
                 return
             }
             if process.isRunning { kill(process.processIdentifier, SIGKILL) }

@@ -9,6 +9,8 @@ final class SpawnedDaemon: @unchecked Sendable {
     let process = Process()
     let dataDir: String
     private(set) var port = 0
+    /// The `tls:` listener's port with `--tls` (0 without).
+    private(set) var tlsPort = 0
     /// Seconds from start to the `listening on` line.
     private(set) var startSeconds = 0.0
     private let condition = NSCondition()
@@ -19,7 +21,13 @@ final class SpawnedDaemon: @unchecked Sendable {
     init(binary: String, dataDir: String, extraArguments: [String]) throws {
         self.dataDir = dataDir
         process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = ["serve", "--listen", "127.0.0.1:0", "--data-dir", dataDir, "--log-level", "info"] + extraArguments + options.daemonArguments
+        var tlsArguments: [String] = []
+        if options.tls {
+            let tls = BenchTLS.shared
+            tlsArguments = ["--listen", "tls:127.0.0.1:0", "--tls-cert-file", tls.certificateFile, "--tls-key-file", tls.keyFile]
+        }
+        process.arguments = ["serve", "--listen", "127.0.0.1:0"] + tlsArguments + ["--data-dir", dataDir, "--log-level", "info"] + extraArguments
+            + options.daemonArguments
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = FileHandle.nullDevice
         let pipe = Pipe()
@@ -44,9 +52,15 @@ final class SpawnedDaemon: @unchecked Sendable {
         defer { condition.unlock() }
         while true {
             if let range = stderrText.range(of: #"listening on [^\s]+:(\d+)"#, options: .regularExpression),
-                let colon = stderrText[range].lastIndex(of: ":"), let port = Int(stderrText[range][stderrText.index(after: colon)...])
+                let colon = stderrText[range].lastIndex(of: ":"), let port = Int(stderrText[range][stderrText.index(after: colon)...]),
+                !options.tls || stderrText.contains(" (TLS)")
             {
                 self.port = port
+                if options.tls, let line = stderrText.split(separator: "\n").first(where: { $0.hasSuffix(" (TLS)") }),
+                    let colon = line.dropLast(6).lastIndex(of: ":")
+                {
+                    tlsPort = Int(line[line.index(after: colon)..<line.index(line.endIndex, offsetBy: -6)]) ?? 0
+                }
                 startSeconds = Date().timeIntervalSince(started)
                 return
             }

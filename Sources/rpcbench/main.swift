@@ -1,6 +1,7 @@
 // rpcbench: loads rpcd the way its users do and reports throughput, latency, memory and recovery.
 import Foundation
 import RPCSchema
+import RPCTransport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -97,8 +98,15 @@ func run() throws -> Never {
         Thread.sleep(forTimeInterval: 0.5)
         let before = daemon.rssKiB()
         var fds: [Int32] = []
+        var sessions: [TLSSession] = []
         for _ in 0..<idle {
-            do { fds.append(try openConnection(host: "127.0.0.1", port: daemon.port)) } catch { fail("after \(fds.count) connections: \(error)") }
+            do {
+                let fd = try openConnection(host: "127.0.0.1", port: options.tls ? daemon.tlsPort : daemon.port)
+                fds.append(fd)
+                if options.tls { sessions.append(try BenchTLS.shared.handshake(fd)) }
+            } catch {
+                fail("after \(fds.count) connections: \(error)")
+            }
         }
         // Make sure the daemon accepted them all: one round trip on a fresh connection after them.
         let refused = try pipeline(host: "127.0.0.1", port: daemon.port, lines: [Array((#"{"id":"x","method":"user.listUsers","param":{"limit":1}}"# + "\n").utf8)])
@@ -106,7 +114,7 @@ func run() throws -> Never {
         Thread.sleep(forTimeInterval: 1)
         let after = daemon.rssKiB()
         let perConnection = Double(after - before) * 1024 / Double(idle)
-        print("idle connections   \(idle)")
+        print("idle connections   \(idle)\(options.tls ? " (TLS, handshake done)" : "")")
         print("daemon RSS before  \(before) KiB")
         print("daemon RSS after   \(after) KiB")
         print("per connection     \(String(format: "%.0f", perConnection)) bytes (\(String(format: "%.2f", perConnection / 1024)) KiB)")
@@ -261,6 +269,7 @@ func measureRPCD(fsync: String?, keyed: Bool = false, followers: Int? = nil) thr
         daemon = spawned
         target.port = spawned.port
         target.cpuSeconds = { spawned.cpuSeconds() }
+        if options.tls { target.tlsPort = spawned.tlsPort }
         if let followers {
             followerSet = try FollowerSet(binary: binary, leaderPort: spawned.port, count: followers, extraArguments: fsync.map { ["--fsync", $0] } ?? [])
         }

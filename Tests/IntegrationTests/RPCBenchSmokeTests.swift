@@ -33,6 +33,22 @@ import Glibc
         #expect(temp.rpcbenchEntries() == before, "rpcbench left its data directory behind")
     }
 
+    @Test("rpcbench --tls: the load over rpcd's tls: listener, and idle TLS connections, with zero errors")
+    func overTLS() throws {
+        let temp = try BenchTemp()
+        defer { temp.remove() }
+        let before = temp.rpcbenchEntries()
+        let load = try temp.runBench(
+            ["--spawn", try Binaries.rpcd().path, "--tls", "--workload", "create", "--duration", "1", "--warmup", "0.2", "--conns", "4", "--depth", "4"],
+            timeout: 60)
+        #expect(load.status == 0, "rpcbench failed: \(load.stdout)\(load.stderr)")
+        let result = load.stdout.split(separator: "\n").first { $0.hasPrefix("RESULT ") } ?? ""
+        #expect(result.contains(" errors=0") && !result.contains(" rps=0 "), "\(load.stdout)")
+        let idle = try temp.runBench(["--spawn", try Binaries.rpcd().path, "--tls", "--idle", "20"], timeout: 60)
+        #expect(idle.status == 0 && idle.stdout.contains("TLS, handshake done"), "\(idle.stdout)\(idle.stderr)")
+        #expect(temp.rpcbenchEntries() == before, "rpcbench left its directories behind")
+    }
+
     @Test(
         "rpcbench --compare redis: rpcd and a spawned redis-server both report zero errors",
         .enabled(if: Binaries.onPath("redis-server") != nil, "redis-server is not installed (apt-get install redis-server)"),
