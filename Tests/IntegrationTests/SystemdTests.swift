@@ -63,26 +63,12 @@ struct SystemdTests {
         let port = try freeLoopbackPort()
         let dataDir = FileManager.default.temporaryDirectory.appendingPathComponent("rpcd-sa-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: dataDir) }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: activate)
-        process.arguments = ["-l", "127.0.0.1:\(port)", try Binaries.rpcd().path, "serve", "--data-dir", dataDir.path]
-        let errPipe = Pipe()
-        process.standardError = errPipe
-        process.standardOutput = FileHandle.nullDevice
-        try process.run()
-        try? errPipe.fileHandleForWriting.close()
-        let stderr = PipeDrain(errPipe)
-        defer {
-            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-            process.waitUntilExit()
-        }
+        let activated = try SocketActivated(activate: activate, ports: [port], arguments: ["--data-dir", dataDir.path])
+        defer { activated.stop() }
+        let process = activated.process
+        let stderr = activated.stderr
         // The port is listening from the start (systemd's socket); rpcd serves it once started.
-        var client: LineClient?
-        let deadline = Date().addingTimeInterval(10)
-        while client == nil && Date() < deadline {
-            client = try? LineClient(port: port)
-            if client == nil { usleep(50_000) }
-        }
+        let client = activated.connect(port: port)
         let connected = try #require(client, "could not connect to 127.0.0.1:\(port); stderr:\n\(stderr.text)")
         let reply = try Reply(connected.request(Wire.createUser("1", "u1", "Ada", "ada@example.com")))
         #expect(reply.method == "user.createUserResult", "\(reply.line)")

@@ -400,4 +400,29 @@ struct TLSTests {
             #expect(answer.contains("unauthorized"), "\(answer)")
         }
     }
+
+    @Test("socket activation: of the sockets systemd passes, the one a tls: listen address names speaks TLS, the other plain")
+    func socketActivatedTLS() throws {
+        guard let activate = Binaries.onPath("systemd-socket-activate") else {
+            Issue.record("systemd-socket-activate not found; apt-get install systemd (.ci/run does)")
+            return
+        }
+        let certs = try TestCertificates()
+        let plainPort = try freeLoopbackPort()
+        let tlsPort = try freeLoopbackPort()
+        let activated = try SocketActivated(
+            activate: activate, ports: [plainPort, tlsPort],
+            arguments: [
+                "--data-dir", certs.path("data"), "--listen", "tls:127.0.0.1:\(tlsPort)", "--tls-cert-file", certs.serverCert,
+                "--tls-key-file", certs.serverKey,
+            ])
+        defer { activated.stop() }
+        let stderr = activated.stderr
+        let plain = activated.connect(port: plainPort)
+        let reply = try #require(plain).request(Self.ping)
+        #expect(reply.contains("pingResult"), "\(reply) \(stderr.text)")
+        let tls = try Self.call(["--ca", certs.ca, "tls:127.0.0.1:\(tlsPort)", "system.ping"])
+        #expect(tls.status == 0 && tls.stdout.contains("pingResult"), "\(tls.stderr) \(stderr.text)")
+        #expect(stderr.text.contains("(TLS, socket from systemd)"), "\(stderr.text)")
+    }
 }

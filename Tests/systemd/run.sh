@@ -4,8 +4,9 @@
 # socket activation, READY=1, STATUS=, restart keeps data, clean stop, torn-tail warning in the
 # journal, a bad config fails with status 2 and no restart, the watchdog restarts a stopped daemon,
 # the socket's IPAddressDeny= drops a non-loopback peer (a dummy interface in the container), the
-# auth file reaches the service as a credential (README's commands), and `systemd-analyze
-# security` in the live system.
+# auth file reaches the service as a credential (README's commands), a TLS socket from rpcd.socket
+# served and its certificate rotated by SIGHUP (README's commands), and `systemd-analyze security`
+# in the live system.
 #
 # Root only (prints why it skips otherwise). Needs debootstrap and systemd-container (installed
 # here when missing). The Debian root is cached under /var/tmp/rpcd-systemd; each run boots a
@@ -34,6 +35,7 @@ need=()
 command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v systemd-nspawn >/dev/null || need+=(systemd-container)
 command -v nsenter >/dev/null || need+=(util-linux)
+command -v openssl >/dev/null || need+=(openssl)
 if [ ${#need[@]} -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
@@ -247,6 +249,45 @@ check "... readable by the service's dynamic user alone (mode 0400), while /etc/
     inside 'test "$(stat -c %u:%a /run/credentials/rpcd.service/auth)" = "$(stat -c %u /proc/$(systemctl show -P MainPID rpcd.service)):400" && test "$(stat -c %U:%a /etc/rpcd/auth)" = root:600'
 check "... and app.token holds the token whose SHA-256 is app's line" \
     inside 'grep -qx "app write $(tr -d "\n" < /root/app.token | sha256sum | cut -c1-64)" /etc/rpcd/auth'
+
+# TLS under systemd, with README's commands verbatim (sudo dropped): rpcd.socket binds a second
+# socket, listen = tls:… marks it, the key arrives as a credential; then SIGHUP rotates the certificate.
+tls_block=$(sed -n '/<!-- tls-systemd -->/,/^```$/p' README.md | sed '1,2d;$d' | sed 's/^sudo //')
+[ -n "$tls_block" ] || { say "README has no <!-- tls-systemd --> block"; exit 1; }
+tls_dir="$run/root/root/tls-setup"
+mkdir -p "$tls_dir"
+(
+    cd "$tls_dir"
+    curve=(-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes)
+    openssl req -x509 "${curve[@]}" -keyout ca.key -out ca.pem -days 2 -subj "/CN=rpcd test CA" 2>/dev/null
+    openssl req -x509 "${curve[@]}" -keyout ca2.key -out ca2.pem -days 2 -subj "/CN=rpcd test CA 2" 2>/dev/null
+    openssl req -new "${curve[@]}" -keyout server.key -out server.csr -subj "/CN=localhost" 2>/dev/null
+    printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' > server.ext
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile server.ext -out server.pem 2>/dev/null
+    # The same key certified by another CA: what SIGHUP rotates to.
+    openssl x509 -req -in server.csr -CA ca2.pem -CAkey ca2.key -CAcreateserial -days 2 -extfile server.ext -out server2.pem 2>/dev/null
+    chmod 600 server.key ca.key ca2.key
+)
+inside 'cp /etc/rpcd/rpcd.conf /etc/rpcd/rpcd.conf.plain'
+tls_ping() { inside "rpcd call --ca /root/tls-setup/$1 tls:127.0.0.1:7879 system.ping 2>&1"; }
+if inside "cd /root/tls-setup && set -e && $tls_block" >"$run/tls.log" 2>&1; then
+    check "README's TLS-under-systemd commands: a tls: socket from rpcd.socket serves TLS" grep -q system.pingResult "$run/tls.log"
+else
+    cat "$run/tls.log"
+    say "FAILED: README's TLS-under-systemd commands"
+    failures=$((failures + 1))
+fi
+check "... the key reached the service as a credential (0400, the dynamic user's)" \
+    inside 'test "$(stat -c %a /run/credentials/rpcd.service/tls-key)" = 400'
+check "... and the plain socket beside it still serves" pings
+inside 'cp /root/tls-setup/server2.pem /etc/rpcd/tls/server.pem && kill -HUP "$(systemctl show -P MainPID rpcd.service)"'
+rotated() { tls_ping ca2.pem | grep -q system.pingResult; }
+check "SIGHUP rotates the certificate: new connections verify against the new CA" wait_for 5 rotated
+old_ca_refused() { ! tls_ping ca.pem | grep -q system.pingResult; }
+check "... and no longer against the old one" old_ca_refused
+reload_logged() { inside 'journalctl -u rpcd.service --no-pager' | grep -q 'TLS certificate and key: reloaded'; }
+check "... and the journal says so" wait_for 5 reload_logged
+inside 'mv /etc/rpcd/rpcd.conf.plain /etc/rpcd/rpcd.conf && rm -r /etc/systemd/system/rpcd.socket.d /etc/systemd/system/rpcd.service.d && systemctl daemon-reload && systemctl stop rpcd.service && systemctl restart rpcd.socket'
 
 exposure=$(inside 'systemd-analyze security rpcd.service --no-pager' | sed -n 's/.*Overall exposure level for rpcd.service: \([0-9.]*\).*/\1/p')
 check "systemd-analyze security rpcd.service in the live system is ${exposure:-unknown} (at most 1.5)" \

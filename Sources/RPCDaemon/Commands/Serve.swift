@@ -135,7 +135,17 @@ extension Daemon {
             if inherited.isEmpty {
                 try server.listen(on: zip(addresses, isTLS).map { address, tls in (address, tls ? tlsContext : nil) })
             } else {
-                try server.listen(inherited: inherited)
+                // systemd binds the sockets; a tls: listen address says which of them speak TLS.
+                let tlsAddresses = zip(addresses, isTLS).filter(\.1).map(\.0)
+                var matched: [SocketAddress] = []
+                try server.listen(inherited: inherited) { bound in
+                    guard let tlsAddress = tlsAddresses.first(where: { $0.port == bound.port && ($0.host == bound.host || $0.isWildcard) }) else { return nil }
+                    matched.append(tlsAddress)
+                    return tlsContext
+                }
+                for address in tlsAddresses where !matched.contains(where: { $0.port == address.port && $0.host == address.host }) {
+                    log.warning("listen tls:\(address) matches no socket systemd passed, so nothing serves TLS there; add ListenStream=\(address) to rpcd.socket")
+                }
             }
         } catch {
             log.error("cannot listen: \(error); pick a free address with --listen HOST:PORT (port 0 picks a free port)")

@@ -166,9 +166,13 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     }
 
     /// Serves on sockets that are already listening (socket activation). Logs `listening on HOST:PORT` for each.
-    func listen(inherited fds: [Int32]) throws(Errno) {
+    /// A socket bound where a `tls:` listen address points (`tlsFor` says) speaks TLS.
+    func listen(inherited fds: [Int32], tlsFor: (SocketAddress) -> TLSContextHolder? = { _ in nil }) throws(Errno) {
         for fd in fds {
-            start(try Listener(listening: fd, queue: acceptQueue, onAccept: onAccept(tls: nil), onError: onListenerError), note: " (socket from systemd)")
+            let tls = tlsFor(try Syscall.localAddress(fd))
+            start(
+                try Listener(listening: fd, queue: acceptQueue, onAccept: onAccept(tls: tls), onError: onListenerError),
+                note: tls == nil ? " (socket from systemd)" : " (TLS, socket from systemd)")
         }
     }
 
