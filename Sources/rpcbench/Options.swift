@@ -33,6 +33,8 @@ struct Options {
     var daemonArguments: [String] = []
     /// Load over TLS: rpcd's tls: listener, Redis's --tls-port (certificates made with openssl).
     var tls = false
+    /// `--connect-rate S`: seconds of connect, one request, close, one after another.
+    var connectRate: Double?
 
     static let usage = """
         usage: rpcbench (--connect HOST:PORT | --spawn PATH_TO_RPCD) [options]
@@ -64,6 +66,8 @@ struct Options {
                   --tls              run the load over TLS: a spawned rpcd gets a tls: listener, Redis its --tls-port
                              (--tls-auth-clients no), with a CA and certificate made by the openssl command;
                              with --idle, the idle connections finish a TLS handshake first
+          --connect-rate S   for S seconds: connect (with --tls, handshake), one request, its reply, close,
+                             one after another; prints connections/s (and Redis's with --compare redis)
           --idle N           open N idle connections to a spawned daemon, report its RSS per connection
           --recovery N       write N mutations, stop the daemon, time its restart until "listening on"
           --in-process N     no sockets: run N requests of the workload through the dispatcher on this thread
@@ -141,6 +145,7 @@ struct Options {
                 }
                 options.followers = counts.compactMap { $0 }
             case "--tls": options.tls = true
+            case "--connect-rate": options.connectRate = try number(Double.self)
             case "--help", "-h": throw UsageError(usage)
             default: throw UsageError("unknown option '\(flag)'; see rpcbench --help")
             }

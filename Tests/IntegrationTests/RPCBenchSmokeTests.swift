@@ -44,6 +44,8 @@ import Glibc
         #expect(load.status == 0, "rpcbench failed: \(load.stdout)\(load.stderr)")
         let result = load.stdout.split(separator: "\n").first { $0.hasPrefix("RESULT ") } ?? ""
         #expect(result.contains(" errors=0") && !result.contains(" rps=0 "), "\(load.stdout)")
+        let rate = try temp.runBench(["--spawn", try Binaries.rpcd().path, "--tls", "--connect-rate", "0.5"], timeout: 60)
+        #expect(rate.status == 0 && rate.stdout.contains("RESULT target=rpcd connect_rate=") && rate.stdout.contains("errors=0"), "\(rate.stdout)\(rate.stderr)")
         let idle = try temp.runBench(["--spawn", try Binaries.rpcd().path, "--tls", "--idle", "20"], timeout: 60)
         #expect(idle.status == 0 && idle.stdout.contains("TLS, handshake done"), "\(idle.stdout)\(idle.stderr)")
         #expect(temp.rpcbenchEntries() == before, "rpcbench left its directories behind")
