@@ -142,7 +142,6 @@ final class Follower: @unchecked Sendable {
                     lastFailure = nil
                     leaderSequence = UInt64(clamping: result.sequence)
                 }
-                attempt = 0
                 log.info("following \(leader) from sequence \(from) (the leader is at \(result.sequence))")
                 var why = "the connection closed"
                 for await reason in lost {
@@ -156,8 +155,12 @@ final class Follower: @unchecked Sendable {
                 }
                 client.close()
                 if lock.withLock({ stopped != nil }) { return }
+                // The backoff starts over only after progress: a leader that drops the follower
+                // right after each subscribe is retried less and less often, not ten times a second.
+                let progressed = lock.withLock { applied > from }
+                if progressed { attempt = 0 }
                 lock.withLock { lastFailure = why }
-                log.warning("lost the leader \(leader): \(why); reconnecting")
+                log.warning(key: "follow", "lost the leader \(leader): \(why); reconnecting")
             } catch {
                 lock.withLock {
                     self.client = nil
@@ -167,7 +170,9 @@ final class Follower: @unchecked Sendable {
                 log.warning(key: "follow", "cannot follow \(leader): \(error); retrying")
             }
             attempt += 1
-            let delay = min(5.0, 0.05 * Double(1 << min(attempt, 7)))
+            // The first retry is quick (a restarted leader is back within moments, and every
+            // moment it serves without its followers is a window for losing writes), then doubling.
+            let delay = attempt == 1 ? 0.02 : min(5.0, 0.05 * Double(1 << min(attempt - 1, 7)))
             try? await Task.sleep(for: .milliseconds(Int(delay * 1000)))
         }
     }
@@ -339,8 +344,12 @@ final class Follower: @unchecked Sendable {
             return true
         case .applied(let ticket):
             appliedHere = seq
+            // The leader reads the id ("r<seq>"); the param says the sequence, never the record
+            // (a record grown past the frame limit would make its echo too long to send back).
             RequestCodec.encode(id: request.id, method: request.method.result, form: .canonical, into: &acks) { out in
-                out.append(contentsOf: scratch)
+                out.append(contentsOf: #"{"sequence":"#.utf8)
+                out.append(contentsOf: String(seq).utf8)
+                out.append(UInt8(ascii: "}"))
                 return nil
             }
             scratch.removeAll(keepingCapacity: true)

@@ -251,9 +251,15 @@ final class SnapshotCursor {
         return .success(SnapshotCursor(fd: fd, path: path, seq: header.seq, records: header.records, offset: newline + 1, maxLineBytes: maxLineBytes))
     }
 
-    /// Appends about `maxBytes` of record lines; true once the file is done.
+    /// The longest snapshot line sent: what a follower's client reads (`RPCClientOptions.maxFrameBytes`
+    /// as a follower sets it). A record grown by updates is longer than any one request was.
+    static let maxRecordLineBytes = SettingRanges.maxFrameBytes.upperBound
+
+    /// Appends about `maxBytes` of record lines (more when one record's line is longer); true
+    /// once the file is done.
     func nextRecords(maxBytes: Int, into out: inout [UInt8]) -> Result<Bool, FeedProblem> {
         var want = max(4096, maxBytes)
+        let longest = max(maxLineBytes, Self.maxRecordLineBytes)
         while true {
             var buffer = [UInt8](repeating: 0, count: want)
             let n: Int
@@ -264,8 +270,11 @@ final class SnapshotCursor {
             }
             if n == 0 { return .success(true) }
             guard let lastNewline = buffer[0..<n].lastIndex(of: UInt8(ascii: "\n")) else {
-                if n < want || want >= maxLineBytes { return .failure(FeedProblem("the snapshot \(path) ends in the middle of a line")) }
-                want = min(maxLineBytes, want * 2)
+                if n < want { return .failure(FeedProblem("the snapshot \(path) ends in the middle of a line")) }
+                if want >= longest {
+                    return .failure(FeedProblem("the snapshot \(path) holds a record line longer than \(longest) bytes, more than a follower reads"))
+                }
+                want = min(longest, want * 2)
                 continue
             }
             var start = 0

@@ -1,0 +1,80 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Replication defects found before failover (issue 53, "Found first"): each test failed before its fix.
+@Suite("replication defects: records past one frame, acknowledgements, reconnect backoff", .serialized)
+struct ReplicationDefectTests {
+    /// A user grown by updates to about 1.8 MB: each request is under the 1 MiB frame limit, the record is not.
+    static func growUser(_ port: Int) throws {
+        let c = try LineClient(port: port, timeout: 20)
+        #expect(try c.request(#"{"id":"1","method":"user.createUser","param":{"id":"big","name":"B","email":"b@example.com"}}"#).contains("Result"))
+        let name = String(repeating: "n", count: 900_000)
+        let email = String(repeating: "e", count: 900_000) + "@example.com"
+        #expect(try c.request(#"{"id":"2","method":"user.updateUser","param":{"userId":"big","newName":"\#(name)"}}"#).contains("Result"))
+        #expect(try c.request(#"{"id":"3","method":"user.updateUser","param":{"userId":"big","newEmail":"\#(email)"}}"#).contains("Result"))
+    }
+
+    @Test("a record grown past one frame replicates, through the journal and through a snapshot, and its acknowledgement fits a frame")
+    func recordLargerThanAFrame() throws {
+        let dirs = (0..<3).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let leader = try Replicas.leader(dirs[0], ["--compact-after-bytes", "64KiB"])
+        defer { leader.stop() }
+        // A follower from the start gets the record through the journal, and acknowledges it.
+        let live = try Replicas.follower(of: leader, dirs[1])
+        defer { live.stop() }
+        try Self.growUser(leader.port)
+        try Replicas.waitForConvergence(leader: leader, followers: [live], timeout: 30)
+        try Replicas.waitForAcknowledgements(leader)
+        #expect(!leader.stderrTail(100_000).contains("frameTooLarge"), "\(leader.stderrTail())")
+
+        // Compacted into the snapshot, it reaches a new follower through the snapshot.
+        let probe = try LineClient(port: leader.port, timeout: 20)
+        for i in 0..<200 {
+            _ = try probe.request(#"{"id":"p\#(i)","method":"user.createUser","param":{"id":"p\#(i)","name":"\#(String(repeating: "x", count: 400))","email":"p@example.com"}}"#)
+        }
+        let compacted = try eventually {
+            let c = try LineClient(port: leader.port)
+            let reply = try Reply(c.request(#"{"id":"s","method":"replication.subscribe"}"#))
+            return (reply.param?["snapshotSequence"] as? Int ?? 0) >= 3
+        }
+        #expect(compacted, "the leader did not compact: \(leader.stderrTail())")
+        let late = try Replicas.follower(of: leader, dirs[2])
+        defer { late.stop() }
+        #expect(late.stderrEventually(contains: "caught up through a snapshot", timeout: 30), "\(late.stderrTail())\n--- leader ---\n\(leader.stderrTail())")
+        try Replicas.waitForConvergence(leader: leader, followers: [late], timeout: 30)
+        let got = try LineClient(port: late.port, timeout: 20).request(#"{"id":"g","method":"user.getUser","param":{"userId":"big"}}"#)
+        #expect(got.utf8.count > 1_800_000 && got.contains("getUserResult"), "\(got.prefix(200))")
+        #expect(!leader.stderrTail(100_000).contains("middle of a line"), "\(leader.stderrTail())")
+    }
+
+    @Test("a follower the leader drops right after each subscribe retries less and less often, not ten times a second; the first retry is quick")
+    func backoffGrowsWithoutProgress() throws {
+        // A fake leader: answers each subscribe, then closes the connection at once.
+        let leader = try FakePeer()
+        let dir = JournalSupport.makeDataDir()
+        defer { JournalSupport.remove(dir) }
+        let follower = try DaemonProcess(extraArguments: ["--follow", "127.0.0.1:\(leader.port)"], dataDir: dir)
+        defer { follower.stop() }
+        var times: [Date] = []
+        let watch = Stopwatch()
+        while watch.seconds < 4 {
+            guard (try? leader.accept(timeout: max(0.1, 4 - watch.seconds))) != nil else { break }
+            times.append(Date())
+            if let line = try? leader.readLine(timeout: 2), let id = try? Reply(line).id {
+                try? leader.send(#"{"id":"\#(id)","method":"replication.subscribeResult","param":{"sequence":0,"snapshotSequence":0}}"# + "\n")
+            }
+            leader.closePeer()
+        }
+        #expect(times.count >= 3, "the follower came back \(times.count) times in 4 s: \(follower.stderrTail())")
+        #expect(times.count <= 10, "the follower came back \(times.count) times in 4 s; the backoff should grow: \(follower.stderrTail())")
+        if times.count >= 2 {
+            let first = times[1].timeIntervalSince(times[0])
+            #expect(first < 0.5, "the first retry came after \(first) s")
+        }
+    }
+}
