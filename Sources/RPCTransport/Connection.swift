@@ -214,10 +214,7 @@ public final class Connection: @unchecked Sendable {
             if closeReason == nil { close(.peerReset("connection reset by peer")) }
             return
         }
-        if events.contains(.writable) {
-            flush()
-            if notifiesDrain && closeReason == nil && outbound.isEmpty { delegate?.connectionDidDrain(self) }
-        }
+        if events.contains(.writable) { flush() }
         if events.contains(.readable) && closeReason == nil && !readClosed && !readPaused {
             read(untilEOF: events.contains(.readHangup))
         }
@@ -504,6 +501,7 @@ public final class Connection: @unchecked Sendable {
         loop.assertOnLoop()
         guard closeReason == nil else { return }
         if let tls { return flushTLS(tls) }
+        let waited = interest.contains(.write)
         let result: OutboundBuffer.FlushResult
         let sentBefore = bytesOut
         do {
@@ -522,13 +520,25 @@ public final class Connection: @unchecked Sendable {
         // ~65 instructions and a vDSO call.)
         if bytesOut != sentBefore { lastActivityAt = loop.inTurn ? loop.now : DispatchTime.now().uptimeNanoseconds }
         updateInterest()
-        if result == .flushed { closeIfFinished() }
+        if result == .flushed {
+            closeIfFinished()
+            if waited { drained() }
+        }
+    }
+
+    /// Output that waited for the peer is all sent, by whichever flush sent it (a writable event,
+    /// or the flush after a read): the producer hears of it once.
+    private func drained() {
+        if notifiesDrain && closeReason == nil && outbound.isEmpty && (tls?.pendingOutput.isEmpty ?? true) {
+            delegate?.connectionDidDrain(self)
+        }
     }
 
     /// `flush()` for a TLS peer: plaintext is encrypted a record at a time, and only while the
     /// records before it have left, so at most one record's worth waits encrypted.
     private func flushTLS(_ tls: TLSSession) {
         let sentBefore = bytesOut
+        let waited = interest.contains(.write)
         let fd = fd
         var sentRecords = false
         func sendRecords() throws(Errno) -> OutboundBuffer.FlushResult {
@@ -560,7 +570,10 @@ public final class Connection: @unchecked Sendable {
         if let failure = tls.failure { return close(.error(failure)) }
         if sentRecords || bytesOut != sentBefore { lastActivityAt = loop.inTurn ? loop.now : DispatchTime.now().uptimeNanoseconds }
         updateInterest()
-        if outbound.isEmpty && tls.pendingOutput.isEmpty { closeIfFinished() }
+        if outbound.isEmpty && tls.pendingOutput.isEmpty {
+            closeIfFinished()
+            if waited { drained() }
+        }
     }
 
     private func checkOutputCap() {

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -76,5 +77,30 @@ struct ReplicationDefectTests {
             let first = times[1].timeIntervalSince(times[0])
             #expect(first < 0.5, "the first retry came after \(first) s")
         }
+    }
+
+    @Test("a follower catches up a backlog the leader reads from its files while no new write comes: the feed never stalls")
+    func catchUpFromFilesWithAnIdleLeader() throws {
+        let dirs = (0..<2).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let leader = try Replicas.leader(dirs[0], ["--fsync", "none"])
+        defer { leader.stop() }
+        // About 40 MB: more than the 16 MiB of changes the leader keeps in memory, so most is read
+        // from the journal file, a window at a time, while nothing new wakes the feed.
+        let c = try LineClient(port: leader.port, timeout: 30)
+        let name = String(repeating: "n", count: 1000)
+        for batch in 0..<40 {
+            var lines = ""
+            for i in 0..<1000 {
+                let n = batch * 1000 + i
+                lines += #"{"id":"\#(n)","method":"user.createUser","param":{"id":"u\#(n)","name":"\#(name)","email":"u@example.com"}}"# + "\n"
+            }
+            try c.send(lines)
+            _ = try c.readLines(1000)
+        }
+        let follower = try Replicas.follower(of: leader, dirs[1], ["--fsync", "none"])
+        defer { follower.stop() }
+        // A stalled feed moved a few thousand records a second; a working one takes well under a second.
+        try Replicas.waitForConvergence(leader: leader, followers: [follower], timeout: TestPace.seconds(10))
     }
 }

@@ -51,7 +51,7 @@ final class Subscriber: @unchecked Sendable {
     }
 
     /// Feed output a subscriber's connection holds at most (plenty to keep a socket busy).
-    static let maxWindow = 1 << 20
+    static let maxWindow = 256 << 10
 
     var figures: (sent: UInt64, acked: UInt64) { lock.withLock { counts } }
 
