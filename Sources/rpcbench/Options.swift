@@ -35,6 +35,8 @@ struct Options {
     var tls = false
     /// `--connect-rate S`: seconds of connect, one request, close, one after another.
     var connectRate: Double?
+    /// `--catch-up N`: a follower's catch-up against a leader holding N records.
+    var catchUp: Int?
 
     static let usage = """
         usage: rpcbench (--connect HOST:PORT | --spawn PATH_TO_RPCD) [options]
@@ -68,6 +70,9 @@ struct Options {
                              with --idle, the idle connections finish a TLS handshake first
           --connect-rate S   for S seconds: connect (with --tls, handshake), one request, its reply, close,
                              one after another; prints connections/s (and Redis's with --compare redis)
+          --catch-up N       a leader takes N creates and restarts on its data; then time a follower started
+                             empty until in sync (against the restart), and one restarted N/5 records behind
+                             (records/s, against the leader's create rate)
           --idle N           open N idle connections to a spawned daemon, report its RSS per connection
           --recovery N       write N mutations, stop the daemon, time its restart until "listening on"
           --in-process N     no sockets: run N requests of the workload through the dispatcher on this thread
@@ -146,6 +151,7 @@ struct Options {
                 options.followers = counts.compactMap { $0 }
             case "--tls": options.tls = true
             case "--connect-rate": options.connectRate = try number(Double.self)
+            case "--catch-up": options.catchUp = try number(Int.self)
             case "--help", "-h": throw UsageError(usage)
             default: throw UsageError("unknown option '\(flag)'; see rpcbench --help")
             }

@@ -88,6 +88,7 @@ func run() throws -> Never {
     if let count = options.inProcess { runInProcess(count: count, options: options) }
     if let users = options.listAfterInsert { runListAfterInsert(users: users) }
     if let seconds = options.connectRate, let binary = options.spawn { try runConnectRate(seconds: seconds, binary: binary) }
+    if let records = options.catchUp, let binary = options.spawn { try runCatchUp(records: records, binary: binary) }
     // MARK: - Idle connections
 
     if let idle = options.idle, let binary = options.spawn {

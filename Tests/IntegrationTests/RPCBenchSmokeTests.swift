@@ -33,6 +33,18 @@ import Glibc
         #expect(temp.rpcbenchEntries() == before, "rpcbench left its data directory behind")
     }
 
+    @Test("rpcbench --catch-up: a follower started empty and one restarted behind both get in sync")
+    func catchUp() throws {
+        let temp = try BenchTemp()
+        defer { temp.remove() }
+        let before = temp.rpcbenchEntries()
+        let outcome = try temp.runBench(["--spawn", try Binaries.rpcd().path, "--catch-up", "2000"], timeout: 120)
+        #expect(outcome.status == 0, "rpcbench failed: \(outcome.stdout)\(outcome.stderr)")
+        let result = outcome.stdout.split(separator: "\n").first { $0.hasPrefix("RESULT catchup=2000 ") } ?? ""
+        #expect(result.contains(" behind=400 ") && result.hasSuffix(" errors=0"), "\(outcome.stdout)")
+        #expect(temp.rpcbenchEntries() == before, "rpcbench left its directories behind")
+    }
+
     @Test("rpcbench --tls: the load over rpcd's tls: listener, and idle TLS connections, with zero errors")
     func overTLS() throws {
         let temp = try BenchTemp()
