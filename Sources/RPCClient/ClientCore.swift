@@ -506,9 +506,16 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         case .outputOverflow(let bytes): why = "the daemon stopped reading (\(bytes) bytes of requests pending)"
         case .closedByServer(let message), .shed(let message): why = message
         }
+        // A handshake the daemon refused over this client's certificate (TLS 1.3 tells the client
+        // after its Finished, so calls may be encrypted already): the daemon read none of them.
+        let refusedHandshake = why.hasPrefix("TLS handshake failed") && Self.certificateAlerts.contains { why.contains($0) }
         if connection.isNegotiatingTLS {
             if !why.hasPrefix("TLS") { why = "TLS handshake failed: \(why)" }
-            if !why.contains("certificate verify failed") { why += "; is \(address) a TLS listener (tls:HOST:PORT)?" }
+            if why.contains("certificate required") {
+                why += "; the daemon asks for a client certificate (RPCTLSOptions.certificateFile and keyFile; rpcd call --cert and --key-file)"
+            } else if !why.contains("certificate verify failed") && !why.contains(" alert ") {
+                why += "; is \(address) a TLS listener (tls:HOST:PORT)?"
+            }
             if let waiter = connectWaiter {
                 connectWaiter = nil
                 connectDeadline = nil
@@ -520,10 +527,16 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         onLost?(why)
         let policy = options.reconnectPolicy
         let lost = pending.connectionLost(
-            connectionCount, written: connection.bytesOut, retry: options.retry, canReconnect: policy != nil)
+            connectionCount, written: refusedHandshake ? 0 : connection.bytesOut, retry: options.retry, canReconnect: policy != nil)
         fail(lost, reason: "the connection was lost: \(why)")
         if pending.anyWaiting { tryConnect(attempt: 0) }
     }
+
+    /// Alerts a daemon sends while it checks a client certificate, before it reads any request.
+    static let certificateAlerts = [
+        "alert certificate required", "alert bad certificate", "alert unknown ca", "alert certificate expired",
+        "alert certificate unknown", "alert certificate revoked", "alert unsupported certificate", "alert access denied",
+    ]
 
     static func describe(_ error: Errno) -> String {
         error.code == ETIMEDOUT ? "connect timed out" : "\(error)"

@@ -174,8 +174,10 @@ struct TLSTests {
         try certs.otherCA("stranger")
         try certs.issue("forged", commonName: "app", signer: "stranger")
         try Self.withTLSDaemon(certs, extra: ["--tls-ca-file", certs.ca, "--tls-client-auth", "required"]) { daemon, tlsPort in
-            let without = try Self.call(["--ca", certs.ca, "tls:127.0.0.1:\(tlsPort)", "system.ping"])
+            let without = try Self.call(["--ca", certs.ca, "tls:127.0.0.1:\(tlsPort)", "user.createUser", #"{"id":"n","name":"N","email":"n@example.com"}"#])
             #expect(without.status == 2, "\(without.stdout)")
+            // The daemon refused the handshake before reading anything: the call was not sent, and the error says why.
+            #expect(without.stderr.contains("asks for a client certificate") && !without.stderr.contains("may or may not"), "\(without.stderr)")
             #expect(daemon.stderrEventually(contains: "TLS handshake failed"), "\(daemon.stderrTail())")
             let forged = try Self.call(
                 ["--ca", certs.ca, "--cert", certs.path("forged.pem"), "--key-file", certs.path("forged.key"), "tls:127.0.0.1:\(tlsPort)", "system.ping"])
