@@ -72,7 +72,7 @@ struct TLSHostilePeerTests {
     func nonReader() throws {
         try Self.withTLSDaemon(["--max-output-bytes", "1MiB"]) { daemon, port, certs in
             try HostilePeerTests.seed(daemon.port, count: 200, nameBytes: 200)
-            let hog = try TLSLineClient(port: port, caFile: certs.ca, timeout: 3)
+            let hog = try TLSLineClient(port: port, caFile: certs.ca, timeout: TestPace.seconds(3))
             let batch = String(repeating: #"{"id":"l","method":"user.listUsers"}"# + "\n", count: 100)
             var sent = 0
             do {
@@ -83,7 +83,7 @@ struct TLSHostilePeerTests {
             } catch {
                 // The daemon closed it (or the send window stayed shut past the timeout): both are fine.
             }
-            #expect(daemon.stderrEventually(contains: "output cap", timeout: 10), "sent \(sent); \(daemon.stderrTail())")
+            #expect(daemon.stderrEventually(contains: "output cap", timeout: TestPace.seconds(10)), "sent \(sent); \(daemon.stderrTail())")
             let ok = try TLSLineClient(port: port, caFile: certs.ca)
             #expect(try ok.request(#"{"id":"p","method":"system.ping"}"#)?.contains("pingResult") == true)
             if let rss = daemon.peakRSSKiB() { #expect(rss < 200 * 1024, "peak RSS \(rss) KiB") }
