@@ -78,9 +78,18 @@ final class ServiceManager: @unchecked Sendable {
         guard replication.role == "follower", let leader = replication.leader else {
             return " as leader, seq \(replication.sequence)\(subscribers)"
         }
-        let state = replication.connected == true ? "" : " (\(replication.state ?? "disconnected"))"
+        let state = replication.connected == true
+            ? ""
+            : " (\(replication.state ?? "disconnected")\(replication.reason.map { ": \(oneLine($0, max: 120))" } ?? ""))"
         let lag = replication.lagRecords.map { ", lag \($0)" } ?? ""
-        return " reads as follower of \(leader)\(state), seq \(replication.sequence)\(lag)\(subscribers)"
+        let chain = replication.chain.map { "; upstream: \(oneLine($0, max: 160))" } ?? ""
+        return " reads as follower of \(leader)\(state), seq \(replication.sequence)\(lag)\(subscribers)\(chain)"
+    }
+
+    /// A reason fit for the one-line STATUS=: no newlines, at most `max` characters.
+    private static func oneLine(_ text: String, max: Int) -> String {
+        let flat = text.split(whereSeparator: \.isNewline).joined(separator: " ")
+        return flat.count <= max ? flat : String(flat.prefix(max - 1)) + "…"
     }
 
     private func send(_ message: String) {

@@ -69,6 +69,18 @@ final class DaemonContext: ServiceContext, @unchecked Sendable {
         return .success(feed.sequences)
     }
 
+    /// This daemon's place in its chain (set before serving).
+    var position: (@Sendable () -> PositionResult)? {
+        get { lock.withLock { positionSource } }
+        set { lock.withLock { positionSource = newValue } }
+    }
+    private var positionSource: (@Sendable () -> PositionResult)?
+
+    func replicationPosition() -> Result<PositionResult, RPCError> {
+        guard let position else { return .failure(.internal("this daemon keeps no journal to feed changes from")) }
+        return .success(position())
+    }
+
     /// Sets how tokens are checked (nil: no principals, every `system.auth` fails).
     func setAuthenticator(_ check: (@Sendable (_ name: String, _ token: String) -> (name: String, role: RPCRole)?)?) {
         lock.withLock { authenticator = check }

@@ -67,6 +67,8 @@ public protocol ServiceContext: Sendable {
     /// The last durable sequence number and the one the snapshot covers (0: none), for a new
     /// subscriber; or why the change feed takes none now.
     func feedSequences() -> Result<(durable: UInt64, snapshot: UInt64), RPCError>
+    /// `replication.position`: this daemon's place in its chain.
+    func replicationPosition() -> Result<PositionResult, RPCError>
 }
 
 /// What `ServiceContext.authenticate` decided.
@@ -83,6 +85,10 @@ extension ServiceContext {
     public func refused(_ method: RPCMethod, _ error: RPCError, session: Session) {}
 
     public func feedSequences() -> Result<(durable: UInt64, snapshot: UInt64), RPCError> {
+        .failure(.internal("this daemon keeps no journal to feed changes from"))
+    }
+
+    public func replicationPosition() -> Result<PositionResult, RPCError> {
         .failure(.internal("this daemon keeps no journal to feed changes from"))
     }
 }

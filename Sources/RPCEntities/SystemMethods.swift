@@ -38,6 +38,12 @@ package enum SystemMethods {
         table.service(ReplicationSubscribe.self, access: .replicate) { p, session, context in
             subscribe(p, session: &session, context: context)
         }
+        table.service(ReplicationPosition.self, access: .replicate) { _, _, context in
+            switch context.replicationPosition() {
+            case .success(let position): .now(position)
+            case .failure(let error): .failure(error)
+            }
+        }
     }
 
     /// `1.5` for a wait in seconds, rounded up to a tenth.

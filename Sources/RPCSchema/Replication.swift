@@ -70,14 +70,51 @@ public struct SnapshotKey: Codable, Equatable, Sendable {
     }
 }
 
+/// `replication.position {}` -> `replication.positionResult`: where this daemon stands in its
+/// chain, for a follower of it (the `replicate` role suffices). A follower asks its leader about
+/// once a second, so its lag counts from the newest sequence known anywhere up the chain, and it
+/// can say when a daemon above it has lost its own leader.
+public struct ReplicationPosition: RPCCall, Hashable {
+    public typealias Reply = PositionResult
+    public static let method = RPCMethod("replication", "position")
+    public init() {}
+}
+
+public struct PositionResult: Codable, Hashable, Sendable {
+    /// `leader` or `follower`.
+    public var role: String
+    /// The last sequence number this daemon has made durable.
+    public var sequence: Int
+    /// The newest sequence number known anywhere up the chain (`sequence` on a leader).
+    public var newestSequence: Int
+    /// A follower's leader, whether it is connected to it now, and why not.
+    public var leader: String?
+    public var connected: Bool?
+    public var reason: String?
+    /// The first break further up the chain (a daemon above that lost its leader), or nil.
+    public var chain: String?
+    public init(
+        role: String, sequence: Int, newestSequence: Int, leader: String? = nil, connected: Bool? = nil, reason: String? = nil,
+        chain: String? = nil
+    ) {
+        self.role = role
+        self.sequence = sequence
+        self.newestSequence = newestSequence
+        self.leader = leader
+        self.connected = connected
+        self.reason = reason
+        self.chain = chain
+    }
+}
+
 /// `system.stats` `replication`: this daemon's place in a chain of leaders and followers.
 public struct ReplicationStats: Codable, Hashable, Sendable {
     /// `leader` (takes mutations) or `follower` (mirrors `leader`, serves reads).
     public var role: String
     /// The last sequence number this daemon has made durable (in its journal, on a follower too).
     public var sequence: Int
-    /// A follower's leader (`HOST:PORT`), whether it is connected now, the leader's sequence as
-    /// far as the follower has heard, and the difference.
+    /// A follower's leader (`HOST:PORT`), whether it is connected now, the newest sequence known
+    /// anywhere up the chain (its leader's, or a daemon's above it), and the difference.
     public var leader: String?
     public var connected: Bool?
     public var leaderSequence: Int?
@@ -86,6 +123,9 @@ public struct ReplicationStats: Codable, Hashable, Sendable {
     /// and why, when it is not connected (absent from older daemons).
     public var state: String?
     public var reason: String?
+    /// A follower's view further up: where the chain above its leader is broken (a daemon that
+    /// lost its own leader), absent while every link is connected.
+    public var chain: String?
     /// Connections subscribed to this daemon's feed (followers, or anyone).
     public var subscribers: [SubscriberStats]
     public init(

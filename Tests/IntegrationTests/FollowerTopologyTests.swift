@@ -13,9 +13,7 @@ struct FollowerTopologyTests {
     func chain() throws {
         let dirs = (0..<3).map { _ in JournalSupport.makeDataDir() }
         defer { dirs.forEach(JournalSupport.remove) }
-        let leader = try Replicas.leader(dirs[0])
-        let middle = try Replicas.follower(of: leader, dirs[1])
-        let last = try Replicas.follower(of: middle, dirs[2])
+        let (leader, middle, last) = try Replicas.chain(dirs)
         defer { [leader, middle, last].forEach { $0.stop() } }
         var mutations = MixedMutations(seed: 6)
         #expect(try mutations.send(to: leader.port, count: 3_000).isEmpty)

@@ -7,7 +7,7 @@ import Glibc
 #endif
 
 /// Replication defects found before failover (issue 53, "Found first"): each test failed before its fix.
-@Suite("replication defects: records past one frame, acknowledgements, reconnect backoff", .serialized)
+@Suite("replication defects: records past one frame, acknowledgements, reconnect backoff, a chain's lag", .serialized)
 struct ReplicationDefectTests {
     /// A user grown by updates to about 1.8 MB: each request is under the 1 MiB frame limit, the record is not.
     static func growUser(_ port: Int) throws {
@@ -102,5 +102,67 @@ struct ReplicationDefectTests {
         defer { follower.stop() }
         // A stalled feed moved a few thousand records a second; a working one takes well under a second.
         try Replicas.waitForConvergence(leader: leader, followers: [follower], timeout: TestPace.seconds(10))
+    }
+
+    @Test("a follower counts its lag from the newest sequence known up the chain, and says (stats, STATUS=) that the daemon above lost its leader")
+    func chainLagFromAbove() throws {
+        // A fake middle daemon: at sequence 0 itself, it knows of 9000 above it and has lost its leader.
+        let middle = try FakePeer()
+        let dir = JournalSupport.makeDataDir()
+        defer { JournalSupport.remove(dir) }
+        let notify = try NotifySocket()
+        let follower = try DaemonProcess(
+            extraArguments: ["--follow", "127.0.0.1:\(middle.port)"], dataDir: dir,
+            environment: ["NOTIFY_SOCKET": notify.address, "WATCHDOG_USEC": "400000"])
+        defer { follower.stop() }
+        try middle.accept(timeout: 10)
+        let subscribe = try Reply(middle.readLine())
+        #expect(subscribe.method == "replication.subscribe")
+        try middle.send(#"{"id":"\#(subscribe.id ?? "")","method":"replication.subscribeResult","param":{"sequence":0,"snapshotSequence":0}}"# + "\n")
+        let ask = try Reply(middle.readLine(timeout: 10))
+        #expect(ask.method == "replication.position", "\(ask.line)")
+        try middle.send(
+            #"{"id":"\#(ask.id ?? "")","method":"replication.positionResult","param":{"role":"follower","sequence":0,"newestSequence":9000,"#
+                + #""leader":"10.0.0.9:7000","connected":false,"reason":"connection refused"}}"# + "\n")
+        var replication: [String: Any] = [:]
+        let heard = try eventually(timeout: 10) {
+            replication = try Replicas.replication(follower)
+            return replication["leaderSequence"] as? Int == 9000
+        }
+        #expect(heard, "\(replication)")
+        #expect(replication["lagRecords"] as? Int == 9000, "\(replication)")
+        #expect(replication["connected"] as? Bool == true, "\(replication)")
+        let chain = replication["chain"] as? String ?? ""
+        #expect(chain.contains("127.0.0.1:\(middle.port) has lost its own leader 10.0.0.9:7000 (connection refused)"), "\(replication)")
+        let said = eventually(timeout: 10) {
+            notify.waitFor("WATCHDOG=1", timeout: 1)
+            return notify.messages.contains { $0.contains("lag 9000") && $0.contains("upstream: 127.0.0.1:\(middle.port) has lost its own leader") }
+        }
+        #expect(said, "STATUS lines: \(notify.messages.suffix(3))")
+    }
+
+    @Test("in a real chain, the last follower says so when the middle one loses the leader, and what the middle one knows of the leader's sequence")
+    func chainBreakReported() throws {
+        let dirs = (0..<3).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let (leader, middle, last) = try Replicas.chain(dirs)
+        defer { [leader, middle, last].forEach { $0.stop() } }
+        try JournalSupport.createUsers(port: leader.port, range: 0..<50)
+        try Replicas.waitForConvergence(leader: leader, followers: [middle, last])
+        // The middle daemon answers replication.position to a replicate-role peer.
+        let position = try Reply(LineClient(port: middle.port).request(#"{"id":"p","method":"replication.position"}"#))
+        #expect(position.method == "replication.positionResult", "\(position.line)")
+        #expect(position.param?["newestSequence"] as? Int == 50, "\(position.line)")
+        #expect(position.param?["leader"] as? String == Replicas.address(leader), "\(position.line)")
+        #expect((try Replicas.replication(last))["chain"] == nil)
+        leader.kill()
+        _ = leader.waitForExit(timeout: 10)
+        var replication: [String: Any] = [:]
+        let told = try eventually(timeout: 15) {
+            replication = try Replicas.replication(last)
+            return (replication["chain"] as? String)?.contains("\(Replicas.address(middle)) has lost its own leader \(Replicas.address(leader))") == true
+        }
+        #expect(told, "\(replication)")
+        #expect(replication["connected"] as? Bool == true && replication["leaderSequence"] as? Int == 50, "\(replication)")
     }
 }

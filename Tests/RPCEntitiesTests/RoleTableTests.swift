@@ -13,6 +13,7 @@ import RPCSchema
         "building.getBuilding": .read, "building.listBuildings": .read,
         "system.ping": .open, "system.auth": .open, "system.describe": .read, "system.stats": .admin,
         "replication.subscribe": .replicate,
+        "replication.position": .replicate,
     ]
 
     @Test("every method in the table has a decided access, and no listed method is missing")

@@ -125,6 +125,11 @@ extension Daemon {
                 return stats
             }
             context.attach(server)
+            context.position = {
+                if let follower { return follower.position }
+                let durable = Int(clamping: feed.sequences.durable)
+                return PositionResult(role: "leader", sequence: durable, newestSequence: durable)
+            }
         } catch {
             log.error("cannot start the event loops: \(error); raise the open-file limit (LimitNOFILE)")
             return 1

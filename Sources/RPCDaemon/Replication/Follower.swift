@@ -45,9 +45,11 @@ final class Follower: @unchecked Sendable {
     private var pendingAcks: [UInt8] = []
     private var acksScheduled = false
     private var applied: UInt64
-    /// The leader's last sequence as the leader said it (at subscribe) or as its records show;
-    /// nil until the leader was reached.
+    /// The newest sequence known anywhere up the chain: the leader's at subscribe, its records as
+    /// they arrive, and what it says of the chain above it; nil until the leader was reached.
     private var leaderSequence: UInt64?
+    /// Where the chain above the leader is broken (a daemon there lost its own leader), while connected.
+    private var chainBreak: String?
     /// Why the last try to follow failed (shown while not connected).
     private var lastFailure: String?
 
@@ -99,8 +101,17 @@ final class Follower: @unchecked Sendable {
                 lagRecords: leaderSequence.map { Int(clamping: $0 > durable ? $0 - durable : 0) })
             stats.state = state
             stats.reason = connected ? nil : stopped ?? lastFailure
+            stats.chain = connected ? chainBreak : nil
             return stats
         }
+    }
+
+    /// `replication.position` for this daemon's own followers.
+    var position: PositionResult {
+        let stats = self.stats
+        return PositionResult(
+            role: "follower", sequence: stats.sequence, newestSequence: max(stats.sequence, stats.leaderSequence ?? 0),
+            leader: leader, connected: stats.connected, reason: stats.reason, chain: stats.chain)
     }
 
     /// With `lock` held.
@@ -113,6 +124,35 @@ final class Follower: @unchecked Sendable {
         let figures = stats
         let lag = figures.lagRecords.map { ", lag \($0)" } ?? ""
         return "follower of \(leader) (\(figures.state ?? "?")), seq \(figures.sequence)\(lag)"
+    }
+
+    /// What `replication.position` of the leader says about the chain above it.
+    static func chainBreak(above leader: String, _ position: PositionResult) -> String? {
+        guard position.role == "follower", let upstream = position.leader else { return nil }
+        guard position.connected == true else {
+            return "\(leader) has lost its own leader \(upstream)" + (position.reason.map { " (\($0))" } ?? "")
+        }
+        return position.chain
+    }
+
+    /// Asks the leader where it stands about once a second while `client` is the connection.
+    private func watchPosition(_ client: RPCClient) async {
+        while true {
+            try? await Task.sleep(for: .seconds(1))
+            guard lock.withLock({ self.client === client && stopped == nil }) else { return }
+            do {
+                let position = try await client.call(ReplicationPosition(), timeout: .seconds(5))
+                lock.withLock {
+                    guard self.client === client else { return }
+                    leaderSequence = max(leaderSequence ?? 0, UInt64(clamping: position.newestSequence))
+                    chainBreak = Self.chainBreak(above: leader, position)
+                }
+            } catch let error as RPCClientError where error.code == .methodNotFound {
+                return  // a leader older than `replication.position`: its subscribe figures only
+            } catch {
+                continue
+            }
+        }
     }
 
     // MARK: - The connection
@@ -143,6 +183,7 @@ final class Follower: @unchecked Sendable {
                     leaderSequence = UInt64(clamping: result.sequence)
                 }
                 log.info("following \(leader) from sequence \(from) (the leader is at \(result.sequence))")
+                Task { await self.watchPosition(client) }
                 var why = "the connection closed"
                 for await reason in lost {
                     why = reason
@@ -152,6 +193,7 @@ final class Follower: @unchecked Sendable {
                     connected = false
                     self.client = nil
                     lostSignal = nil
+                    chainBreak = nil
                 }
                 client.close()
                 if lock.withLock({ stopped != nil }) { return }
@@ -180,9 +222,11 @@ final class Follower: @unchecked Sendable {
     /// On the client's queue: a request from the leader joins the inbox (a record with its
     /// journal bytes, taken from the line as sent); reading pauses while the inbox is full.
     private func receive(_ request: Request, line: UnsafeRawBufferPointer) -> FeedFlow {
-        let body = Self.sequence(of: request).flatMap { JournalRecord.Body(line: line, seq: $0) }
+        let seq = Self.sequence(of: request)
+        let body = seq.flatMap { JournalRecord.Body(line: line, seq: $0) }
         let (flow, schedule): (FeedFlow, Bool) = lock.withLock {
             guard stopped == nil else { return (.pause, false) }
+            if let seq, seq > leaderSequence ?? 0 { leaderSequence = seq }
             inbox.append((request, body))
             let full = inbox.count - inboxHead >= Self.maxInbox
             if full { readingPaused = true }

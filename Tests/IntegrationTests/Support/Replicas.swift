@@ -18,6 +18,13 @@ enum Replicas {
         try DaemonProcess(extraArguments: ["--follow", address(leader)] + extra, dataDir: dir, environment: environment)
     }
 
+    /// leader -> middle -> last, on the first three of `dirs`.
+    static func chain(_ dirs: [URL]) throws -> (leader: DaemonProcess, middle: DaemonProcess, last: DaemonProcess) {
+        let leader = try Self.leader(dirs[0])
+        let middle = try follower(of: leader, dirs[1])
+        return (leader, middle, try follower(of: middle, dirs[2]))
+    }
+
     static func address(_ daemon: DaemonProcess) -> String { "127.0.0.1:\(daemon.port)" }
 
     /// `system.stats` → `replication`.
