@@ -69,21 +69,22 @@ final class ServiceManager: @unchecked Sendable {
             + "\(stats.requests) requests, \(stats.errors) errors, up \(Int(stats.uptimeSeconds)) s"
     }
 
-    /// ` as leader, seq N, 2 followers (max lag 3)` or ` reads as follower of HOST:PORT, seq N, lag M`.
+    /// ` as leader, seq N, term T, 2 subscribers (max lag 3)` or ` reads as follower of HOST:PORT, seq N, lag M, term T`.
     static func role(_ replication: ReplicationStats?) -> String {
         guard let replication else { return "" }
         let subscribers = replication.subscribers.isEmpty
             ? ""
             : ", \(replication.subscribers.count) subscriber\(replication.subscribers.count == 1 ? "" : "s") (max lag \(replication.subscribers.map(\.lagRecords).max() ?? 0))"
+        let term = replication.term.map { ", term \($0)" } ?? ""
         guard replication.role == "follower", let leader = replication.leader else {
-            return " as leader, seq \(replication.sequence)\(subscribers)"
+            return " as leader, seq \(replication.sequence)\(term)\(subscribers)"
         }
         let state = replication.connected == true
             ? ""
             : " (\(replication.state ?? "disconnected")\(replication.reason.map { ": \(oneLine($0, max: 120))" } ?? ""))"
         let lag = replication.lagRecords.map { ", lag \($0)" } ?? ""
         let chain = replication.chain.map { "; upstream: \(oneLine($0, max: 160))" } ?? ""
-        return " reads as follower of \(leader)\(state), seq \(replication.sequence)\(lag)\(subscribers)\(chain)"
+        return " reads as follower of \(leader)\(state), seq \(replication.sequence)\(lag)\(term)\(subscribers)\(chain)"
     }
 
     /// A reason fit for the one-line STATUS=: no newlines, at most `max` characters.

@@ -81,6 +81,15 @@ final class DaemonContext: ServiceContext, @unchecked Sendable {
         return .success(position())
     }
 
+    /// This daemon's term history (set before serving).
+    var history: (@Sendable () -> [TermMark])? {
+        get { lock.withLock { historySource } }
+        set { lock.withLock { historySource = newValue } }
+    }
+    private var historySource: (@Sendable () -> [TermMark])?
+
+    func termMarks() -> [TermMark] { history?() ?? [] }
+
     /// Sets how tokens are checked (nil: no principals, every `system.auth` fails).
     func setAuthenticator(_ check: (@Sendable (_ name: String, _ token: String) -> (name: String, role: RPCRole)?)?) {
         lock.withLock { authenticator = check }

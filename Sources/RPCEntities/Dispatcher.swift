@@ -584,6 +584,46 @@ public final class Dispatcher: @unchecked Sendable {
         return .applied(ticket: body.flatMap { log?.record($0, at: seq) })
     }
 
+    /// Starts term `term` (id `id`, led from `leader`): journals its `replication.term` record
+    /// and adds it to the history; the record's sequence number (its durability ticket), or nil
+    /// when the log refuses it now (with why).
+    public func startTerm(_ term: UInt64, id: String, leader: String) -> Result<UInt64, RPCError> {
+        guard let log else { return .failure(.internal("this daemon keeps no journal to start a term in")) }
+        let param = ReplicationTerm(term: Int(clamping: term), termId: id, leader: leader)
+        let request = Request(id: "", method: ReplicationTerm.method, param: try? JSONValueEncoder().encode(param))
+        let body = JournalRecord.Body(request)
+        lock.lock()
+        defer {
+            lock.unlock()
+            log.recorded()
+        }
+        if let reason = log.refusal() { return .failure(.internal(reason)) }
+        if let last = state.terms.current, last.term >= term { return .failure(.internal("term \(term) does not follow term \(last.term)")) }
+        let seq = log.record(body) ?? 0
+        _ = state.terms.add(.init(term: term, id: id, start: seq, leader: leader))
+        return .success(seq)
+    }
+
+    /// A leader's `replication.term` record, sequence number `seq`, on a follower: journaled under
+    /// `seq` (its bytes as sent) and added to the history. Fails when the term does not grow.
+    public func applyTerm(_ request: Request, body: JournalRecord.Body?, seq: UInt64) -> Replicated {
+        guard let term = try? JSONValueDecoder().decode(ReplicationTerm.self, from: request.param ?? .null), term.term > 0, !term.termId.isEmpty else {
+            return .failed(.invalidParams("replication.term needs {\"term\" above 0, \"termId\", \"leader\"}"))
+        }
+        let body = log.map { _ in body ?? JournalRecord.Body(request) }
+        lock.lock()
+        defer {
+            lock.unlock()
+            log?.recorded()
+        }
+        if let log, let reason = log.refusal() { return .refused(reason) }
+        let entry = TermHistory.Term(term: UInt64(term.term), id: term.termId, start: seq, leader: term.leader)
+        var terms = state.terms
+        if let reason = terms.add(entry) { return .failed(.conflict(reason)) }
+        state.terms = terms
+        return .applied(ticket: body.flatMap { log?.record($0, at: seq) })
+    }
+
     /// Runs `body` with the state lock held (snapshots, stats).
     public func withState<T>(_ body: (inout Entities) throws -> T) rethrows -> T {
         lock.lock()

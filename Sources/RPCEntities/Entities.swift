@@ -9,6 +9,8 @@ public struct Entities: Sendable {
     public var buildings = Records<Building>()
     /// Outcomes of keyed mutations, for retries (exactly once).
     public var keys = IdempotencyKeys()
+    /// The leaderships this history went through.
+    public var terms = TermHistory()
 
     public init() {}
 

@@ -190,6 +190,13 @@ public struct JournalReplay {
                 case .failure(let error): return damaged(Self.damage(error, line: line, file: bytes))
                 }
             }
+            if JournalSnapshot.isTermLine(line) {
+                switch JournalSnapshot.parseTermLine(line) {
+                case .failure(let error): return damaged(Self.damage(error, line: line, file: bytes))
+                case .success(let term):
+                    return addTerm(term, start: UInt64(clamping: term.sequence ?? 0)).map { Failure(line: number, offset: offset, reason: $0, kind: .inconsistent) }
+                }
+            }
             if JournalSnapshot.isKeyLine(line) {
                 switch JournalSnapshot.parseKeyLine(line) {
                 case .failure(let error): return damaged(Self.damage(error, line: line, file: bytes))
@@ -289,6 +296,23 @@ public struct JournalReplay {
         state.keys.remember(key, outcome, now: Self.now())
     }
 
+    private static let termMethod = ReplicationTerm.method.description
+
+    /// A `replication.term` record (not in the method table: no caller may write one): the term
+    /// starts at `seq`, or, in a snapshot (`seq` 0), at the param's `sequence`.
+    private mutating func applyTerm(_ param: JSONValue?, seq: UInt64) -> String? {
+        guard let term = try? JSONValueDecoder().decode(ReplicationTerm.self, from: param ?? .null) else {
+            return "replication.term has a param this daemon cannot read: {\"term\",\"termId\",\"leader\"}"
+        }
+        return addTerm(term, start: seq > 0 ? seq : UInt64(clamping: term.sequence ?? 0))
+    }
+
+    /// Adds a term to the state's history; why it cannot follow the last, or nil.
+    public mutating func addTerm(_ term: ReplicationTerm, start: UInt64) -> String? {
+        guard term.term > 0, start > 0, !term.termId.isEmpty else { return "replication.term needs a term above 0, a start and an id" }
+        return state.terms.add(.init(term: UInt64(term.term), id: term.termId, start: start, leader: term.leader))
+    }
+
     /// Uptime now, the time replayed keys are remembered at (their window starts at the replay).
     static func now() -> UInt64 { crpc_monotonic_ns() }
 
@@ -296,7 +320,7 @@ public struct JournalReplay {
     /// remembers its outcome, as serving it did.
     mutating func apply(_ fields: JournalRecord.Fields, seq: UInt64) -> String? {
         switch entry(fields.method) {
-        case .failure(let reason): return reason.text
+        case .failure(let reason): return fields.method == Self.termMethod ? applyTerm(fields.param, seq: seq) : reason.text
         case .success(let entry): return apply(fields, seq: seq, entry: entry)
         }
     }
@@ -311,7 +335,7 @@ public struct JournalReplay {
         guard let plain else { return apply(fields, seq: seq) }
         let cached: MethodTable<Entities>.Entry
         switch entry(fields.method) {
-        case .failure(let reason): return reason.text
+        case .failure(let reason): return fields.method == Self.termMethod ? applyTerm(plain.value, seq: seq) : reason.text
         case .success(let entry): cached = entry
         }
         guard let key = fields.key else {

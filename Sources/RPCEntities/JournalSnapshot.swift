@@ -38,6 +38,19 @@ public enum JournalSnapshot {
                 out.removeAll(keepingCapacity: true)
             }
         }
+        // The terms first: a follower installing the snapshot knows its history before its records.
+        for term in state.terms.terms {
+            let start = out.count
+            out.append(contentsOf: termLinePrefix.bytes)
+            JournalRecord.appendDecimal(term.term, into: &out)
+            out.append(contentsOf: #","termId":"#.utf8)
+            JSONWriter.writeString(term.id, into: &out)
+            out.append(contentsOf: #","leader":"#.utf8)
+            JSONWriter.writeString(term.leader, into: &out)
+            out.append(contentsOf: #","seq":"#.utf8)
+            JournalRecord.appendDecimal(term.start, into: &out)
+            try seal(lineStart: start)
+        }
         // Each record's param is written by the record's own writer (`JSONWritable`, as replies
         // write it); a user line is gathered and appended at once unless a field needs an escape.
         try state.users.drain { user in
@@ -122,6 +135,28 @@ public enum JournalSnapshot {
     }
 
     private static let keyLinePrefix: StaticString = #"{"rpcdKey":"#
+    private static let termLinePrefix: StaticString = #"{"rpcdTerm":"#
+
+    /// A snapshot line naming a term of the history: `{"rpcdTerm":N,"termId":…,"leader":…,"seq":S,"crc":…}`.
+    public static func isTermLine(_ line: UnsafeRawBufferPointer) -> Bool {
+        line.count > termLinePrefix.bytes.count && line.prefix(termLinePrefix.bytes.count).elementsEqual(termLinePrefix.bytes)
+    }
+
+    /// A term line -> the term, `sequence` set to its start.
+    public static func parseTermLine(_ line: UnsafeRawBufferPointer) -> Result<ReplicationTerm, JournalLineError> {
+        let seal = JournalRecord.checksum(of: line)
+        if case .mismatch(let stored, let computed) = seal {
+            return .failure(.checksumMismatch(stored: stored, computed: computed))
+        }
+        guard seal == .valid, case .object(let object)? = try? JSONParser.parse(line),
+            case .number(let termText)? = object["rpcdTerm"], let term = Int(termText), term > 0,
+            case .string(let id)? = object["termId"], !id.isEmpty, case .string(let leader)? = object["leader"],
+            case .number(let seqText)? = object["seq"], let seq = Int(seqText), seq > 0
+        else {
+            return .failure(JournalLineError(#"not a sealed term line {"rpcdTerm":N,"termId":"hex","leader":"HOST:PORT","seq":S}"#))
+        }
+        return .success(ReplicationTerm(term: term, termId: id, leader: leader, sequence: seq))
+    }
 
     /// A snapshot line remembering an idempotency key (not a record: nc replay does not need it).
     public static func isKeyLine(_ line: UnsafeRawBufferPointer) -> Bool {

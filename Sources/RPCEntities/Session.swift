@@ -69,6 +69,8 @@ public protocol ServiceContext: Sendable {
     func feedSequences() -> Result<(durable: UInt64, snapshot: UInt64), RPCError>
     /// `replication.position`: this daemon's place in its chain.
     func replicationPosition() -> Result<PositionResult, RPCError>
+    /// This daemon's term history, for a subscriber to compare its own with.
+    func termMarks() -> [TermMark]
 }
 
 /// What `ServiceContext.authenticate` decided.
@@ -91,4 +93,6 @@ extension ServiceContext {
     public func replicationPosition() -> Result<PositionResult, RPCError> {
         .failure(.internal("this daemon keeps no journal to feed changes from"))
     }
+
+    public func termMarks() -> [TermMark] { [] }
 }

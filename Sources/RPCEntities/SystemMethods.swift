@@ -62,6 +62,18 @@ package enum SystemMethods {
         case .success(let sequences): (durable, snapshot) = sequences
         case .failure(let error): return .failure(error)
         }
+        let marks = context.termMarks()
+        var result = SubscribeResult(
+            sequence: Int(clamping: durable), snapshotSequence: Int(clamping: snapshot), term: marks.last?.term, termId: marks.last?.termId)
+        // A daemon says which terms its records are from: where its history leaves this one's, it
+        // is told the last sequence number the two share, and no feed starts.
+        if let theirs = p.terms, let from = p.fromSequence, from > 0 {
+            let shared = TermHistory.common(theirs, last: UInt64(from), leader: marks, leaderLast: durable)
+            if shared < UInt64(from) {
+                result.rewindTo = Int(clamping: shared)
+                return .now(result)
+            }
+        }
         var after = durable
         if let from = p.fromSequence {
             guard from >= 0 else { return .failure(.invalidParams("fromSequence \(from) is negative; sequence numbers start at 1 (0: from the beginning)")) }
@@ -75,7 +87,7 @@ package enum SystemMethods {
             return .failure(.snapshotRequired("records up to \(snapshot) are only in this daemon's snapshot (its journal starts at \(snapshot + 1)); subscribe with \"snapshot\": true to receive the snapshot first, or from \(snapshot) or later"))
         }
         session.feed = Session.FeedStart(after: after, snapshotFirst: snapshotFirst)
-        return .now(SubscribeResult(sequence: Int(clamping: durable), snapshotSequence: Int(clamping: snapshot)))
+        return .now(result)
     }
 
     /// Every entity and method of `table`, in registration order, with params and access.

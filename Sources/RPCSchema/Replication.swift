@@ -16,9 +16,42 @@ public struct ReplicationSubscribe: RPCCall, Hashable {
     public var fromSequence: Int?
     /// Allow a snapshot first when `fromSequence` is older than the leader's journal.
     public var snapshot: Bool?
-    public init(fromSequence: Int? = nil, snapshot: Bool? = nil) {
+    /// The subscriber's term history (a daemon's; absent from plain subscribers): the leader checks
+    /// that it holds the same history through `fromSequence`, else answers `rewindTo`.
+    public var terms: [TermMark]?
+    public init(fromSequence: Int? = nil, snapshot: Bool? = nil, terms: [TermMark]? = nil) {
         self.fromSequence = fromSequence
         self.snapshot = snapshot
+        self.terms = terms
+    }
+}
+
+/// Where a term starts: its number, its random id and its first record's sequence number.
+public struct TermMark: Codable, Hashable, Sendable {
+    public var term: Int
+    public var termId: String
+    public var sequence: Int
+    public init(term: Int, termId: String, sequence: Int) {
+        self.term = term
+        self.termId = termId
+        self.sequence = sequence
+    }
+}
+
+/// A journal record (never a call): a leader starts term `term` (random 128-bit `termId`, hex) at
+/// this record's sequence number; `leader` is its address. In a snapshot and a feed's snapshot,
+/// `sequence` says where the term started.
+public struct ReplicationTerm: Codable, Hashable, Sendable {
+    public static let method = RPCMethod("replication", "term")
+    public var term: Int
+    public var termId: String
+    public var leader: String
+    public var sequence: Int?
+    public init(term: Int, termId: String, leader: String, sequence: Int? = nil) {
+        self.term = term
+        self.termId = termId
+        self.leader = leader
+        self.sequence = sequence
     }
 }
 
@@ -27,9 +60,19 @@ public struct SubscribeResult: Codable, Hashable, Sendable {
     public var sequence: Int
     /// The sequence number its snapshot covers (0: no snapshot): mutations up to it come only in a snapshot.
     public var snapshotSequence: Int
-    public init(sequence: Int, snapshotSequence: Int) {
+    /// The leader's term and term id (absent before its first term).
+    public var term: Int?
+    public var termId: String?
+    /// Present when the subscriber's history holds records the leader's does not: the last
+    /// sequence number the two share. No feed starts; the subscriber cuts its records after it
+    /// (if the leader's term is higher) and subscribes again.
+    public var rewindTo: Int?
+    public init(sequence: Int, snapshotSequence: Int, term: Int? = nil, termId: String? = nil, rewindTo: Int? = nil) {
         self.sequence = sequence
         self.snapshotSequence = snapshotSequence
+        self.term = term
+        self.termId = termId
+        self.rewindTo = rewindTo
     }
 }
 
@@ -123,6 +166,8 @@ public struct ReplicationStats: Codable, Hashable, Sendable {
     /// and why, when it is not connected (absent from older daemons).
     public var state: String?
     public var reason: String?
+    /// The term this daemon's history is in (absent before its first term).
+    public var term: Int?
     /// A follower's view further up: where the chain above its leader is broken (a daemon that
     /// lost its own leader), absent while every link is connected.
     public var chain: String?

@@ -288,7 +288,9 @@ struct FollowerTests {
         b = try Replicas.follower(of: a, dirs[2])
         defer { b.stop() }
         #expect(try mutations.send(to: a.port, count: 2_000).isEmpty, "the promoted leader refused writes: \(a.stderrTail())")
-        #expect(try Replicas.sequence(a) == 5_000)
+        // 3,000 records, the new term's record, 2,000 more.
+        #expect(try Replicas.sequence(a) == 5_001)
+        #expect(try Replicas.replication(a)["term"] as? Int == 1)
         try Replicas.waitForConvergence(leader: a, followers: [b])
         try Replicas.expectSameLists(a, [b])
         let (equal, sizes) = Replicas.journalsEqual(dirs[1], dirs[2])

@@ -98,6 +98,8 @@ extension Daemon {
             maxLineBytes: options.maxFrameBytes + 4096, log: log)
         journal.attach(feed)
         context.attach(feed)
+        context.history = { dispatcher.withState { $0.terms.marks } }
+        guard Self.startTermIfPromoted(options, dispatcher: dispatcher, journal: journal, log: log) else { return 1 }
         let follower = options.follow.map {
             Follower(
                 leader: $0, credentials: followCredentials, tls: TLSSettings.followerOptions(options), dispatcher: dispatcher, journal: journal,
@@ -121,6 +123,7 @@ extension Daemon {
                 certificatePrincipal: certificatePrincipal)
             server.replicationStats = {
                 var stats = follower?.stats ?? ReplicationStats(role: "leader", sequence: Int(clamping: feed.sequences.durable))
+                stats.term = dispatcher.withState { $0.terms.current.map { Int(clamping: $0.term) } }
                 stats.subscribers = feed.stats()
                 return stats
             }
@@ -202,5 +205,55 @@ extension Daemon {
             }
         }
         dispatchMain()
+    }
+
+    /// A data directory that last followed a leader (its `FOLLOWING` file says so) and is served
+    /// without `follow` was promoted by hand: its first record from now on starts a new term, so
+    /// the old leader, pointed at it later, finds out its own last records were never taken here.
+    /// A follower writes the file before it follows; a leader restarted on its own data keeps its term.
+    static func startTermIfPromoted(_ options: ServeOptions, dispatcher: Dispatcher, journal: Journal, log: Logger) -> Bool {
+        let marker = journal.directory.path + "/FOLLOWING"
+        if let leader = options.follow {
+            guard FileIO.exists(marker) else {
+                do {
+                    let fd = try FileIO.open(marker, O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600)
+                    defer { FileIO.close(fd) }
+                    try Array("\(leader)\n".utf8).withUnsafeBytes { try FileIO.writeAll(fd, $0, at: 0, path: marker, faults: false) }
+                    try FileIO.sync(fd, path: marker, faults: false)
+                    try FileIO.syncDirectory(journal.directory.path)
+                } catch {
+                    log.error("cannot write \(marker): \(error); fix the data directory's permissions")
+                    return false
+                }
+                return true
+            }
+            return true
+        }
+        guard FileIO.exists(marker) else { return true }
+        let current = dispatcher.withState { $0.terms.current }
+        let term = (current?.term ?? 0) &+ 1
+        let id = TermHistory.newID()
+        let address = options.listen.first ?? "?"
+        switch dispatcher.startTerm(term, id: id, leader: address) {
+        case .failure(let error):
+            log.error("cannot start a new term as the new leader: \(error.errorMessage); check the data directory")
+            return false
+        case .success(let seq):
+            let durable = DispatchSemaphore(value: 0)
+            nonisolated(unsafe) var failure: String?
+            journal.whenDurable(seq) { why in
+                failure = why
+                durable.signal()
+            }
+            durable.wait()
+            if let failure {
+                log.error("cannot journal the new term: \(failure); check the data directory")
+                return false
+            }
+            try? FileIO.unlink(marker)
+            try? FileIO.syncDirectory(journal.directory.path)
+            log.info("promoted: this data directory followed a leader and is served without follow; term \(term) (id \(id)) starts at sequence \(seq)")
+            return true
+        }
     }
 }

@@ -175,8 +175,26 @@ final class Follower: @unchecked Sendable {
                     lostSignal = signal
                     return applied
                 }
-                let result = try await client.call(
-                    ReplicationSubscribe(fromSequence: Int(clamping: from), snapshot: true), timeout: .seconds(30))
+                let marks = dispatcher.withState { $0.terms.marks }
+                let result: SubscribeResult
+                do {
+                    result = try await client.call(
+                        ReplicationSubscribe(fromSequence: Int(clamping: from), snapshot: true, terms: marks), timeout: .seconds(30))
+                } catch let error as RPCClientError where error.code == .invalidParams && error.errorMessage.contains(#"unknown field "terms""#) {
+                    // A leader from before terms: it cannot compare histories, so subscribe as before.
+                    result = try await client.call(ReplicationSubscribe(fromSequence: Int(clamping: from), snapshot: true), timeout: .seconds(30))
+                }
+                if let rewindTo = result.rewindTo {
+                    // The histories part after `rewindTo`: no feed started. Cut ours, or stop.
+                    lock.withLock {
+                        self.client = nil
+                        lostSignal = nil
+                    }
+                    client.close()
+                    guard await rewind(to: UInt64(clamping: max(0, rewindTo)), from: from, leaderTerm: result) else { return }
+                    attempt = 0
+                    continue
+                }
                 lock.withLock {
                     connected = true
                     lastFailure = nil
@@ -295,6 +313,13 @@ final class Follower: @unchecked Sendable {
         case SnapshotEnd.method:
             guard let end = decode(SnapshotEnd.self, request) else { return true }
             return install(end)
+        case ReplicationTerm.method where request.id == "s":
+            // A term of the snapshot's history (its start in the param).
+            guard incoming != nil, let term = decode(ReplicationTerm.self, request) else { return true }
+            if let reason = incoming!.replay.addTerm(term, start: UInt64(clamping: max(0, term.sequence ?? 0))) {
+                stop("the leader's snapshot holds a term this daemon cannot take: \(reason)")
+            }
+            return true
         case SnapshotKey.method:
             guard incoming != nil, let remembered = decode(SnapshotKey.self, request) else { return true }
             guard let digest = IdempotencyKeys.digest(text: remembered.digest), !remembered.key.isEmpty else { return true }
@@ -370,7 +395,10 @@ final class Follower: @unchecked Sendable {
             stop("record \(seq) arrived after \(last): \(seq == last + 2 ? "record \(last + 1) is" : "records \(last + 1)...\(seq - 1) are") missing (a gap)")
             return true
         }
-        switch dispatcher.applyReplicated(request, body: body, seq: seq, into: &scratch) {
+        let outcome = request.method == ReplicationTerm.method
+            ? dispatcher.applyTerm(request, body: body, seq: seq)
+            : dispatcher.applyReplicated(request, body: body, seq: seq, into: &scratch)
+        switch outcome {
         case .refused:
             scratch.removeAll(keepingCapacity: true)
             blocked = true
@@ -437,6 +465,95 @@ final class Follower: @unchecked Sendable {
             }
             client?.sendCounterRequest(acks)
         }
+    }
+
+    // MARK: - Terms
+
+    /// The leader's history parts from ours after `shared`: with a higher term it wins, and this
+    /// daemon cuts its records after `shared` (saved to a file beside the journal first), empties
+    /// its state and takes the leader's history from sequence 0; otherwise it stops following.
+    /// False when it stopped.
+    private func rewind(to shared: UInt64, from last: UInt64, leaderTerm result: SubscribeResult) async -> Bool {
+        let mine = dispatcher.withState { $0.terms.current }
+        let leaderTerm = UInt64(clamping: max(0, result.term ?? 0))
+        let ours = mine.map { "term \($0.term) (id \($0.id), led from \($0.leader))" } ?? "term 0 (never promoted)"
+        guard leaderTerm > mine?.term ?? 0 else {
+            stop("this daemon holds records \(shared + 1)...\(last) that the leader at \(leader) does not have, and the leader's term \(leaderTerm) is not above this daemon's \(ours), so neither history is newer; keep the one you trust: follow a leader of a higher term, or stop this daemon, move its data directory aside and start it again to copy the leader's")
+            return false
+        }
+        let saved: String
+        switch saveRecords(after: shared, through: last) {
+        case .success(let path): saved = path
+        case .failure(let problem):
+            stop("cannot save the records after sequence \(shared) before cutting them: \(problem.reason); nothing was cut")
+            return false
+        }
+        let failure: String? = await withCheckedContinuation { done in
+            journal.restart(with: Entities(), at: 0) { failure in done.resume(returning: failure) }
+        }
+        if let failure {
+            stop("cannot start over after cutting records after sequence \(shared): \(failure)")
+            return false
+        }
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            queue.async { [self] in
+                dispatcher.withState { current in
+                    current = Entities()
+                    configureKeys(&current)
+                }
+                appliedHere = 0
+                lock.withLock { applied = 0 }
+                done.resume()
+            }
+        }
+        log.warning(
+            "rewound: the leader at \(leader) (term \(leaderTerm)) never had records \(shared + 1)...\(last) of this daemon's \(ours); "
+                + "cut \(last - min(last, shared)) records, saved in \(saved); copying the leader's history from the start")
+        return true
+    }
+
+    /// Writes the records after `shared` to a dated file beside the journal (and a copy of the
+    /// snapshot when it holds some of them); the path of the file.
+    private func saveRecords(after shared: UInt64, through last: UInt64) -> Result<String, FeedProblem> {
+        let files = journal.directory.files
+        var stamp = time(nil)
+        var parts = tm()
+        gmtime_r(&stamp, &parts)
+        let date = String(
+            format: "%04d%02d%02dT%02d%02d%02dZ", Int(parts.tm_year) + 1900, Int(parts.tm_mon) + 1, Int(parts.tm_mday),
+            Int(parts.tm_hour), Int(parts.tm_min), Int(parts.tm_sec))
+        let path = "\(files.path)/rewound-\(date)-after-\(shared).jsonl"
+        let snapshotSeq = journal.sequences.snapshot
+        do {
+            let fd = try FileIO.open(path, O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600)
+            defer { FileIO.close(fd) }
+            let cursor = JournalCursor(files: files, maxLineBytes: SnapshotCursor.maxRecordLineBytes)
+            var next = max(shared, snapshotSeq) + 1
+            while next <= last {
+                switch cursor.read(from: next, durable: last, maxBytes: 1 << 20) {
+                case .lines(let bytes, let end):
+                    guard end >= next else { next = last + 1; break }
+                    try bytes.withUnsafeBytes { try FileIO.writeAll(fd, $0, path: path) }
+                    next = end + 1
+                case .gone(let why), .failed(let why):
+                    return .failure(FeedProblem(why))
+                }
+            }
+            try FileIO.sync(fd, path: path, faults: false)
+            if snapshotSeq > shared {
+                // Records up to the snapshot's sequence are only in it: keep the whole file.
+                let copy = path.replacingOccurrences(of: ".jsonl", with: "-snapshot.jsonl")
+                let bytes = try FileIO.readAll(files.snapshot) ?? []
+                let out = try FileIO.open(copy, O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600)
+                defer { FileIO.close(out) }
+                try bytes.withUnsafeBytes { try FileIO.writeAll(out, $0, path: copy) }
+                try FileIO.sync(out, path: copy, faults: false)
+            }
+            try FileIO.syncDirectory(files.path)
+        } catch {
+            return .failure(FeedProblem("\(error)"))
+        }
+        return .success(path)
     }
 
     /// Stops following at shutdown: applies nothing more.

@@ -282,6 +282,14 @@ final class SnapshotCursor {
                 let line = buffer[start..<newline]
                 start = newline + 1
                 guard !line.isEmpty else { continue }
+                if line.withUnsafeBytes({ JournalSnapshot.isTermLine($0) }) {
+                    // A term of the history travels as a `replication.term` request with its start.
+                    guard case .success(let term) = line.withUnsafeBytes({ JournalSnapshot.parseTermLine($0) }),
+                        let param = try? JSONValueEncoder().encode(term)
+                    else { continue }
+                    RequestCodec.encode(id: "s", method: ReplicationTerm.method, param: param, form: .canonical, into: &out)
+                    continue
+                }
                 guard line.withUnsafeBytes({ JournalSnapshot.isKeyLine($0) }) else {
                     out.append(contentsOf: buffer[line.startIndex...newline])
                     continue
