@@ -63,6 +63,10 @@ public struct ServeOptions: Equatable, Sendable {
     public var tlsClientAuth: TLSConfiguration.ClientAuthentication = .none
     /// Seconds a TLS peer has to finish its handshake. 0 = never.
     public var tlsHandshakeTimeout: Double = 10
+    /// Followers that must journal a mutation before its client is told (`min_sync_replicas`; 0: asynchronous).
+    public var minSyncReplicas = 0
+    /// Seconds a mutation waits for them before `replicationTimeout` (`sync_timeout`).
+    public var syncTimeout: Double = 5
     /// `--config FILE`; nil: `$RPCD_CONFIG`, else `/etc/rpcd/rpcd.conf` if it exists (see `Config`).
     public var configPath: String?
     /// Config keys given as flags: they win over the config file.
@@ -195,6 +199,10 @@ public enum CommandLineParser {
           --tls-handshake-timeout SECONDS
                                    close a TLS peer that has not finished its handshake in this time
                                    (default 10; \(SettingRanges.describe(seconds: SettingRanges.idleTimeout, zero: "never")))
+          --min-sync-replicas N    followers that must journal a mutation before its client is told
+                                   (default 0: asynchronous; \(SettingRanges.describe(count: SettingRanges.minSyncReplicas, zero: "asynchronous")))
+          --sync-timeout SECONDS   how long a mutation waits for them before replicationTimeout
+                                   (default 5; \(SettingRanges.describe(seconds: SettingRanges.syncTimeout, zero: nil)))
           --config FILE            settings file (default $RPCD_CONFIG, else /etc/rpcd/rpcd.conf if present); flags win
           Sizes take a KiB, MiB, GiB or TiB suffix, durations us, ms, s, m or h; the config file takes the same
           ranges. A value out of range is a usage error (exit 2).
@@ -308,6 +316,9 @@ public enum CommandLineParser {
                     throw UsageError("\(flag) needs a PATH; see rpcd --help")
                 }
                 if let problem = TLSSettings.apply(key, text, to: &options) { throw UsageError("\(flag) '\(text)' \(problem.reason)") }
+            case "--min-sync-replicas", "--sync-timeout":
+                let text = try value()
+                if let problem = SyncSettings.apply(SyncSettings.flags[flag] ?? "", text, to: &options) { throw UsageError("\(flag) '\(text)' \(problem.reason)") }
             default:
                 throw UsageError("unknown option '\(argument)' for serve; see rpcd --help")
             }
@@ -327,6 +338,7 @@ public enum CommandLineParser {
         "--max-input-bytes": "max_input_bytes", "--compact-after-bytes": "compact_after_bytes",
         "--idempotency-keys": "idempotency_keys", "--idempotency-window": "idempotency_window",
     ].merging(AccessSettings.flags) { first, _ in first }.merging(TLSSettings.flags) { first, _ in first }
+        .merging(SyncSettings.flags) { first, _ in first }
 
     /// `text` parsed and range-checked by `parse`, or a usage error naming the flag, the value and the range.
     static func checked<T>(

@@ -75,7 +75,8 @@ final class ServiceManager: @unchecked Sendable {
         let subscribers = replication.subscribers.isEmpty
             ? ""
             : ", \(replication.subscribers.count) subscriber\(replication.subscribers.count == 1 ? "" : "s") (max lag \(replication.subscribers.map(\.lagRecords).max() ?? 0))"
-        let term = replication.term.map { ", term \($0)" } ?? ""
+        var term = replication.term.map { ", term \($0)" } ?? ""
+        if let required = replication.minSyncReplicas { term += ", \(replication.inSyncReplicas ?? 0) in sync (\(required) needed)" }
         guard replication.role == "follower", let leader = replication.leader else {
             return " as leader, seq \(replication.sequence)\(term)\(subscribers)"
         }

@@ -26,6 +26,10 @@ enum SettingRanges {
     static let busyPoll = 0.000_001...0.001
     /// Seconds; 0 (never) is allowed besides this range.
     static let idleTimeout = 0.001...(30 * 86_400.0)
+    /// Followers that must journal a mutation before it is acknowledged (a leader feeds 128 at most).
+    static let minSyncReplicas = 0...127
+    /// Seconds a mutation waits for them.
+    static let syncTimeout = 0.01...3600.0
     /// Seconds `rpcd call` waits for the connection and the reply together.
     static let callTimeout = 0.001...(30 * 86_400.0)
 

@@ -23,11 +23,23 @@ public protocol MutationLog: AnyObject, Sendable {
     func recorded()
     /// Calls `done` once `ticket` is durable (`nil`) or can never be (the reason). Any thread.
     func whenDurable(_ ticket: UInt64, _ done: @escaping @Sendable (_ failure: String?) -> Void)
+    /// Why a mutation is refused now, as the error its caller gets (nil: taken).
+    func refusalError() -> RPCError?
+    /// Calls `done` once `ticket` may be acknowledged to its client (durable here, and wherever
+    /// else the daemon's policy asks), or with the error the client gets instead. Any thread.
+    func whenConfirmed(_ ticket: UInt64, _ done: @escaping @Sendable (RPCError?) -> Void)
 }
 
 extension MutationLog {
     /// A log whose refusal does not depend on how many mutations come.
     public func refusal(records count: Int) -> String? { refusal() }
+    public func refusalError() -> RPCError? { refusal().map { .internal("mutations are refused: \($0)") } }
+    /// A log whose records are confirmed once durable.
+    public func whenConfirmed(_ ticket: UInt64, _ done: @escaping @Sendable (RPCError?) -> Void) {
+        whenDurable(ticket) { failure in
+            done(failure.map { .internal("the change was applied but not saved: \($0); it may be lost on restart") })
+        }
+    }
     /// A log that numbers records itself ignores the leader's number.
     public func record(_ body: JournalRecord.Body, at seq: UInt64) -> UInt64? { record(body) }
     /// A log with nothing to start after recording.
@@ -454,8 +466,8 @@ public final class Dispatcher: @unchecked Sendable {
     /// Why the log takes no mutation now, for a mutation it did not take with its turn already.
     @inline(__always)
     private func refusal(of call: UnsafePointer<Call>, logTakes: Bool) -> RPCError? {
-        guard call.pointee.isMutation, !logTakes, let log, let reason = log.refusal() else { return nil }
-        return .internal("mutations are refused: \(reason)")
+        guard call.pointee.isMutation, !logTakes, let log else { return nil }
+        return log.refusalError()
     }
 
     /// Runs a call's prepared handler: a successful mutation is logged (its ticket returned).

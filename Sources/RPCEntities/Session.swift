@@ -29,6 +29,8 @@ public struct Session: Sendable {
         public var after: UInt64
         /// Send the snapshot first (`after` is older than the journal).
         public var snapshotFirst: Bool
+        /// A daemon subscribed (with its term history): a follower that may count as in sync.
+        public var replica = false
     }
 
     public init(role: RPCRole? = .admin, peer: String = "") {

@@ -35,13 +35,18 @@ public struct RPCErrorCode: RawRepresentable, Hashable, Sendable, Codable, Custo
     public static let snapshotRequired = RPCErrorCode("snapshotRequired")
     /// A mutation sent to a follower: it serves reads only; the message names its leader.
     public static let readOnly = RPCErrorCode("readOnly")
+    /// Fewer followers in sync than `min_sync_replicas`: the mutation was refused before it ran (retry later).
+    public static let notEnoughReplicas = RPCErrorCode("notEnoughReplicas")
+    /// The mutation ran here, but not enough followers confirmed it within `sync_timeout`; a retry
+    /// with the same idempotency key waits for the confirmation and never applies it twice.
+    public static let replicationTimeout = RPCErrorCode("replicationTimeout")
     /// The daemon failed; the message says why.
     public static let `internal` = RPCErrorCode("internal")
 
     public static let all: [RPCErrorCode] = [
         .parseError, .invalidRequest, .methodNotFound, .invalidParams, .notFound, .conflict,
         .frameTooLarge, .overloaded, .replyTooLarge, .unauthorized, .forbidden, .keyReused, .snapshotRequired, .readOnly,
-        .internal,
+        .notEnoughReplicas, .replicationTimeout, .internal,
     ]
 
     public var description: String { rawValue }
@@ -81,5 +86,7 @@ public struct RPCError: Error, Hashable, Sendable, Codable, CustomStringConverti
     public static func keyReused(_ message: String) -> RPCError { RPCError(.keyReused, message) }
     public static func snapshotRequired(_ message: String) -> RPCError { RPCError(.snapshotRequired, message) }
     public static func readOnly(_ message: String) -> RPCError { RPCError(.readOnly, message) }
+    public static func notEnoughReplicas(_ message: String) -> RPCError { RPCError(.notEnoughReplicas, message) }
+    public static func replicationTimeout(_ message: String) -> RPCError { RPCError(.replicationTimeout, message) }
     public static func `internal`(_ message: String) -> RPCError { RPCError(.internal, message) }
 }

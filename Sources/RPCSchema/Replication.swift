@@ -168,6 +168,9 @@ public struct ReplicationStats: Codable, Hashable, Sendable {
     public var reason: String?
     /// The term this daemon's history is in (absent before its first term).
     public var term: Int?
+    /// A leader's `min_sync_replicas` and how many followers are in sync (absent when 0).
+    public var minSyncReplicas: Int?
+    public var inSyncReplicas: Int?
     /// A follower's view further up: where the chain above its leader is broken (a daemon that
     /// lost its own leader), absent while every link is connected.
     public var chain: String?
@@ -197,6 +200,8 @@ public struct SubscriberStats: Codable, Hashable, Sendable {
     /// how many journal bytes they are.
     public var lagRecords: Int
     public var lagBytes: Int
+    /// With `min_sync_replicas`: whether this follower is in the sync set (absent otherwise).
+    public var inSync: Bool?
     public init(peer: String, sentSequence: Int, ackedSequence: Int, lagRecords: Int, lagBytes: Int) {
         self.peer = peer
         self.sentSequence = sentSequence

@@ -98,6 +98,11 @@ extension Daemon {
             maxLineBytes: options.maxFrameBytes + 4096, log: log)
         journal.attach(feed)
         context.attach(feed)
+        // Synchronous replication binds a leader; a follower keeps the setting for when it is promoted.
+        let syncGate = options.minSyncReplicas > 0 && options.follow == nil
+            ? SyncGate(required: options.minSyncReplicas, timeout: options.syncTimeout, log: log) : nil
+        journal.syncGate = syncGate
+        feed.syncGate = syncGate
         context.history = { dispatcher.withState { $0.terms.marks } }
         guard Self.startTermIfPromoted(options, dispatcher: dispatcher, journal: journal, log: log) else { return 1 }
         let follower = options.follow.map {
@@ -124,6 +129,10 @@ extension Daemon {
             server.replicationStats = {
                 var stats = follower?.stats ?? ReplicationStats(role: "leader", sequence: Int(clamping: feed.sequences.durable))
                 stats.term = dispatcher.withState { $0.terms.current.map { Int(clamping: $0.term) } }
+                if let syncGate {
+                    stats.minSyncReplicas = syncGate.required
+                    stats.inSyncReplicas = syncGate.inSyncCount
+                }
                 stats.subscribers = feed.stats()
                 return stats
             }

@@ -47,6 +47,8 @@ final class Journal: MutationLog, @unchecked Sendable {
     var snapshotSequence: UInt64
     /// Told about every batch once it is durable, in order, and about snapshots; set before serving.
     var feed: ReplicationFeed?
+    /// With `min_sync_replicas`: what must confirm a mutation besides the fsync; set before serving (leaders only).
+    var syncGate: SyncGate?
 
     // Writer queue only.
     /// Batches written since the start (`cutSpacesWhenIdle` tells a pause from a load).
@@ -108,7 +110,24 @@ final class Journal: MutationLog, @unchecked Sendable {
 
     func refusal() -> String? { lock.withLock { commit.refusal() } }
 
-    func refusal(records count: Int) -> String? { lock.withLock { commit.refusal(records: count) } }
+    func refusal(records count: Int) -> String? {
+        if let reason = lock.withLock({ commit.refusal(records: count) }) { return reason }
+        return syncGate?.refusal()?.errorMessage
+    }
+
+    func refusalError() -> RPCError? {
+        if let reason = refusal() { return .internal("mutations are refused: \(reason)") }
+        return syncGate?.refusal()
+    }
+
+    /// Durable here, then confirmed by the sync set when there is one.
+    func whenConfirmed(_ ticket: UInt64, _ done: @escaping @Sendable (RPCError?) -> Void) {
+        whenDurable(ticket) { [syncGate] failure in
+            if let failure { return done(.internal("the change was applied but not saved: \(failure); it may be lost on restart")) }
+            guard let syncGate else { return done(nil) }
+            syncGate.wait(ticket, done)
+        }
+    }
 
     func record(_ body: JournalRecord.Body) -> UInt64? {
         lock.withLock { noteWriterNeeds(commit.append(body)) }

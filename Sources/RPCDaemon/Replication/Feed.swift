@@ -139,12 +139,26 @@ final class ReplicationFeed: @unchecked Sendable {
 
     var subscriberCount: Int { lock.withLock { subscribers.count } }
 
+    /// The sync set of `min_sync_replicas` (leaders only); set before serving.
+    var syncGate: SyncGate?
+
     func add(_ subscriber: Subscriber) {
-        lock.withLock { subscribers[ObjectIdentifier(subscriber)] = subscriber }
+        let durable = lock.withLock {
+            subscribers[ObjectIdentifier(subscriber)] = subscriber
+            return self.durable
+        }
+        if subscriber.replica { syncGate?.join(ObjectIdentifier(subscriber), peer: subscriber.peer, after: subscriber.figures.sent, durable: durable) }
     }
 
     func remove(_ subscriber: Subscriber) {
         lock.withLock { subscribers[ObjectIdentifier(subscriber)] = nil }
+        syncGate?.leave(ObjectIdentifier(subscriber))
+    }
+
+    /// A subscriber acknowledged records through `seq`.
+    func acknowledged(_ subscriber: Subscriber, _ seq: UInt64) {
+        guard subscriber.replica, let syncGate else { return }
+        syncGate.acknowledged(ObjectIdentifier(subscriber), seq, durable: sequences.durable)
     }
 
     private static func product(_ a: UInt64, _ b: UInt64) -> UInt64 {
@@ -160,9 +174,11 @@ final class ReplicationFeed: @unchecked Sendable {
                 let figures = subscriber.figures
                 let reached = figures.acked > 0 ? figures.acked : figures.sent
                 let behind = durable > reached ? durable - reached : 0
-                return SubscriberStats(
+                var stats = SubscriberStats(
                     peer: subscriber.peer, sentSequence: Int(clamping: figures.sent), ackedSequence: Int(clamping: figures.acked),
                     lagRecords: Int(clamping: behind), lagBytes: Int(clamping: Self.product(behind, average)))
+                if let syncGate, subscriber.replica { stats.inSync = syncGate.isInSync(ObjectIdentifier(subscriber)) }
+                return stats
             }
             .sorted { $0.peer < $1.peer }
         }

@@ -379,6 +379,16 @@ final class Follower: @unchecked Sendable {
                     leaderSequence = max(leaderSequence ?? 0, seq)
                 }
                 log.info("caught up through a snapshot at sequence \(seq) (\(records) records)")
+                // Acknowledged like a record: with nothing after it, the leader learns this way
+                // that the follower holds everything through `seq` (and may count it as in sync).
+                var ack: [UInt8] = []
+                RequestCodec.encode(id: "r\(seq)", method: SnapshotEnd.method.result, form: .canonical, into: &ack) { out in
+                    out.append(contentsOf: #"{"sequence":"#.utf8)
+                    out.append(contentsOf: String(seq).utf8)
+                    out.append(UInt8(ascii: "}"))
+                    return nil
+                }
+                send(ack)
                 blocked = false
                 handled(1)  // the snapshotEnd
                 drain()

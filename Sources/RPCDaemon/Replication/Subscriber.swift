@@ -15,6 +15,9 @@ final class Subscriber: @unchecked Sendable {
     let connection: Connection
     let peer: String
     let form: WireForm
+    /// A daemon following this one (it subscribed with its term history): it may count toward
+    /// `min_sync_replicas`.
+    let replica: Bool
     private let feed: ReplicationFeed
     private let window: Int
 
@@ -38,10 +41,11 @@ final class Subscriber: @unchecked Sendable {
         case tail
     }
 
-    init(connection: Connection, peer: String, form: WireForm, after: UInt64, snapshotFirst: Bool, feed: ReplicationFeed) {
+    init(connection: Connection, peer: String, form: WireForm, after: UInt64, snapshotFirst: Bool, replica: Bool = false, feed: ReplicationFeed) {
         self.connection = connection
         self.peer = peer
         self.form = form
+        self.replica = replica
         self.feed = feed
         self.nextSeq = after &+ 1
         self.phase = snapshotFirst ? .snapshot : .tail
@@ -57,9 +61,12 @@ final class Subscriber: @unchecked Sendable {
 
     /// The subscriber answered record `seq` (its `…Result` or `error.error` with id `"r<seq>"`).
     func acknowledged(_ seq: UInt64) {
-        lock.withLock {
-            if seq <= counts.sent && seq > counts.acked { counts.acked = seq }
+        let advanced: Bool = lock.withLock {
+            guard seq <= counts.sent && seq > counts.acked else { return false }
+            counts.acked = seq
+            return true
         }
+        if advanced && replica { feed.acknowledged(self, seq) }
     }
 
     /// True once per wake-up: a wake is scheduled now (called with the feed's lock held).

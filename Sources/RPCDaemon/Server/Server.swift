@@ -338,7 +338,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         guard let feed else { return }
         let subscriber = Subscriber(
             connection: connection, peer: box.session.peer, form: box.session.form ?? .canonical, after: start.after,
-            snapshotFirst: start.snapshotFirst, feed: feed)
+            snapshotFirst: start.snapshotFirst, replica: start.replica, feed: feed)
         box.subscriber = subscriber
         connection.notifiesDrain = true
         connection.exemptFromIdleTimeout = true
@@ -454,15 +454,13 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     /// Fills each reply's slot once `ticket` is durable, or, if it never can be, with an error
     /// saying the change may be lost.
     private func release(_ waiting: [HeldReply], in replies: [UInt8], after ticket: UInt64, to released: ReleasedReplies) {
-        durability?.whenDurable(ticket) { failure in
+        durability?.whenConfirmed(ticket) { failure in
             // The whole turn's replies under one hold of the loop's lock, not one each.
             guard let failure else { return released.add(replies, waiting) }
             var errors: [UInt8] = []
             let failed = waiting.map { item in
                 let start = errors.count
-                RequestCodec.encodeError(
-                    id: item.id, .internal("the change was applied but not saved: \(failure); it may be lost on restart"),
-                    form: item.form, into: &errors)
+                RequestCodec.encodeError(id: item.id, failure, form: item.form, into: &errors)
                 return HeldReply(connection: item.connection, slot: item.slot, reply: start..<errors.count, id: item.id, form: item.form)
             }
             released.add(errors, failed)
