@@ -28,12 +28,17 @@ public protocol MutationLog: AnyObject, Sendable {
     /// Calls `done` once `ticket` may be acknowledged to its client (durable here, and wherever
     /// else the daemon's policy asks), or with the error the client gets instead. Any thread.
     func whenConfirmed(_ ticket: UInt64, _ done: @escaping @Sendable (RPCError?) -> Void)
+    /// The last ticket recorded, while it is not yet confirmed and reads must not be answered
+    /// before it is (nil: a read may be answered now).
+    func readFence() -> UInt64?
 }
 
 extension MutationLog {
     /// A log whose refusal does not depend on how many mutations come.
     public func refusal(records count: Int) -> String? { refusal() }
     public func refusalError() -> RPCError? { refusal().map { .internal("mutations are refused: \($0)") } }
+    /// A log whose reads need not wait.
+    public func readFence() -> UInt64? { nil }
     /// A log whose records are confirmed once durable.
     public func whenConfirmed(_ ticket: UInt64, _ done: @escaping @Sendable (RPCError?) -> Void) {
         whenDurable(ticket) { failure in
@@ -359,6 +364,10 @@ public final class Dispatcher: @unchecked Sendable {
         var logged = false
         // Whether the log took every mutation of the turn at the first one's turn to ask.
         var logTakes: Bool?
+        // What a read waits for: the log's unconfirmed head (asked at the batch's first read),
+        // then every mutation of the batch before it. A read never shows what could still be lost.
+        var fence: UInt64?
+        var fenceAsked = false
         // Calls are read in place, through a pointer: `for call in calls`, or passing `calls[index]`
         // on, copied each one (a retain and a release for each of its strings, closure and arrays).
         calls.withUnsafeBufferPointer { calls in
@@ -389,7 +398,16 @@ public final class Dispatcher: @unchecked Sendable {
                         return error
                     }
                 }
-                if ticket != nil { logged = true }
+                if let applied = ticket {
+                    logged = true
+                    if fenceAsked { fence = max(fence ?? 0, applied) }
+                } else if !call.pointee.isMutation, let log {
+                    if !fenceAsked {
+                        fenceAsked = true
+                        fence = log.readFence()
+                    }
+                    ticket = fence
+                }
                 let disposition: Disposition = ticket.map { .replyAfter(ticket: $0, id: call.pointee.id) } ?? .reply
                 outcomes.append((Served(disposition: disposition, failed: error != nil, known: true), out.count))
             }

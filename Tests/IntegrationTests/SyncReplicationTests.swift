@@ -58,7 +58,7 @@ struct SyncReplicationTests {
         let watch = Stopwatch()
         let timedOut = expectError(try c.request(Self.keyedCreate("2", "during", key: "k1")), code: "replicationTimeout", id: "2")
         #expect(watch.seconds >= 0.9, "answered after \(watch.seconds) s, before sync_timeout")
-        #expect(timedOut?.errorMessage?.contains("same idempotency key") == true, "\(timedOut?.line ?? "")")
+        #expect(timedOut?.errorMessage?.contains("retry a mutation with the same idempotency key") == true, "\(timedOut?.line ?? "")")
         #expect(leader.stderrEventually(contains: "leaves the sync set"), "\(leader.stderrTail())")
         expectError(try c.request(Self.keyedCreate("3", "other", key: "k2")), code: "notEnoughReplicas", id: "3")
 
@@ -70,6 +70,34 @@ struct SyncReplicationTests {
         expectError(try c.request(Wire.createUser("5", "during", "N", "n@example.com")), code: "conflict", id: "5")
         try Replicas.waitForConvergence(leader: leader, followers: [follower])
         #expect(try JournalSupport.userIDs(port: follower.port) == ["before", "during"])
+    }
+
+    @Test("a read does not show a change no follower has confirmed: it waits for the confirmation, as the change's own reply does")
+    func readsWaitForConfirmation() throws {
+        let dirs = (0..<2).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let leader = try Replicas.leader(dirs[0], ["--min-sync-replicas", "1", "--sync-timeout", "5"])
+        defer { leader.stop() }
+        let follower = try Replicas.follower(of: leader, dirs[1])
+        defer {
+            follower.signal(SIGCONT)
+            follower.stop()
+        }
+        #expect(try eventually(timeout: 10) { try Self.inSync(leader) == 1 }, "\(leader.stderrTail())")
+        let writer = try LineClient(port: leader.port, timeout: 10)
+        let reader = try LineClient(port: leader.port, timeout: 10)
+        // A read of a confirmed state is answered at once.
+        expectError(try reader.request(Wire.getUser("0", "pending")), code: "notFound", id: "0")
+
+        follower.signal(SIGSTOP)
+        try writer.sendLine(Self.keyedCreate("1", "pending", key: "p1"))
+        usleep(200_000)
+        try reader.sendLine(Wire.getUser("2", "pending"))
+        #expect(reader.isSilent(for: 0.6), "the read answered before any follower confirmed the create")
+        #expect(writer.isSilent(for: 0.1), "the create answered before any follower confirmed it")
+        follower.signal(SIGCONT)
+        #expect(try writer.expectLine().contains("createUserResult"))
+        #expect(try reader.expectLine().contains("getUserResult"))
     }
 
     @Test("no acknowledged write is lost: kill -9 the leader under load, promote the follower, every acknowledged create is there")

@@ -100,7 +100,7 @@ extension Daemon {
         context.attach(feed)
         // Synchronous replication binds a leader; a follower keeps the setting for when it is promoted.
         let syncGate = options.minSyncReplicas > 0 && options.follow == nil
-            ? SyncGate(required: options.minSyncReplicas, timeout: options.syncTimeout, log: log) : nil
+            ? SyncGate(required: options.minSyncReplicas, timeout: options.syncTimeout, confirmed: journal.sequences.durable, log: log) : nil
         journal.syncGate = syncGate
         feed.syncGate = syncGate
         context.history = { dispatcher.withState { $0.terms.marks } }

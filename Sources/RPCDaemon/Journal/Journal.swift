@@ -120,6 +120,13 @@ final class Journal: MutationLog, @unchecked Sendable {
         return syncGate?.refusal()
     }
 
+    /// With a sync set: the last record while the set has not confirmed it (reads wait for it).
+    func readFence() -> UInt64? {
+        guard let syncGate else { return nil }
+        let last = lock.withLock { commit.lastSeq }
+        return syncGate.isConfirmed(last) ? nil : last
+    }
+
     /// Durable here, then confirmed by the sync set when there is one.
     func whenConfirmed(_ ticket: UInt64, _ done: @escaping @Sendable (RPCError?) -> Void) {
         whenDurable(ticket) { [syncGate] failure in

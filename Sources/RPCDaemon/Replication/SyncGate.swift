@@ -35,9 +35,12 @@ final class SyncGate: @unchecked Sendable {
         var done: @Sendable (RPCError?) -> Void
     }
 
-    init(required: Int, timeout: Double, log: Logger) {
+    /// `confirmed`: the last durable record at the start; what was journaled before a restart
+    /// counts as confirmed (it was acknowledged, or timed out, under the last run).
+    init(required: Int, timeout: Double, confirmed: UInt64, log: Logger) {
         self.required = required
         self.timeout = timeout
+        self.confirmed = confirmed
         self.log = log
     }
 
@@ -73,6 +76,9 @@ final class SyncGate: @unchecked Sendable {
     }
 
     var inSyncCount: Int { lock.withLock { members.values.filter(\.inSync).count } }
+
+    /// Whether the sync set has confirmed every record through `ticket`.
+    func isConfirmed(_ ticket: UInt64) -> Bool { lock.withLock { ticket <= confirmed } }
 
     /// Whether `id` is in the sync set (for `system.stats`).
     func isInSync(_ id: ObjectIdentifier) -> Bool { lock.withLock { members[id]?.inSync ?? false } }
@@ -132,7 +138,7 @@ final class SyncGate: @unchecked Sendable {
             log.warning("synchronous replication: \(peer) did not confirm within sync_timeout (\(ConfigValue.render(seconds: timeout)) s) and leaves the sync set until it catches up; \(left) in sync of \(required) needed")
         }
         let error = RPCError.replicationTimeout(
-            "the change was applied and journaled here, but fewer than \(required) follower\(required == 1 ? "" : "s") confirmed it within sync_timeout (\(ConfigValue.render(seconds: timeout)) s); retry with the same idempotency key: the retry waits for the confirmation and never applies the change twice")
+            "fewer than \(required) follower\(required == 1 ? "" : "s") confirmed within sync_timeout (\(ConfigValue.render(seconds: timeout)) s) the change this reply depends on, which is applied and journaled here; retry a mutation with the same idempotency key (the retry waits for the confirmation and never applies it twice), a read as it is")
         for waiter in expired { waiter.done(error) }
     }
 }
