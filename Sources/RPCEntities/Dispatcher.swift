@@ -31,6 +31,8 @@ public protocol MutationLog: AnyObject, Sendable {
     /// The last ticket recorded, while it is not yet confirmed and reads must not be answered
     /// before it is (nil: a read may be answered now).
     func readFence() -> UInt64?
+    /// Whether reads may have to wait at all (`readFence` is asked only then).
+    var fencesReads: Bool { get }
 }
 
 extension MutationLog {
@@ -39,6 +41,7 @@ extension MutationLog {
     public func refusalError() -> RPCError? { refusal().map { .internal("mutations are refused: \($0)") } }
     /// A log whose reads need not wait.
     public func readFence() -> UInt64? { nil }
+    public var fencesReads: Bool { false }
     /// A log whose records are confirmed once durable.
     public func whenConfirmed(_ ticket: UInt64, _ done: @escaping @Sendable (RPCError?) -> Void) {
         whenDurable(ticket) { failure in
@@ -368,6 +371,7 @@ public final class Dispatcher: @unchecked Sendable {
         // then every mutation of the batch before it. A read never shows what could still be lost.
         var fence: UInt64?
         var fenceAsked = false
+        let fencing = log?.fencesReads ?? false
         // Calls are read in place, through a pointer: `for call in calls`, or passing `calls[index]`
         // on, copied each one (a retain and a release for each of its strings, closure and arrays).
         calls.withUnsafeBufferPointer { calls in
@@ -401,10 +405,10 @@ public final class Dispatcher: @unchecked Sendable {
                 if let applied = ticket {
                     logged = true
                     if fenceAsked { fence = max(fence ?? 0, applied) }
-                } else if !call.pointee.isMutation, let log {
+                } else if fencing && !call.pointee.isMutation {
                     if !fenceAsked {
                         fenceAsked = true
-                        fence = log.readFence()
+                        fence = log?.readFence()
                     }
                     ticket = fence
                 }

@@ -221,3 +221,55 @@ func printFollowerFigures(
             + "batch_est=\(batch) catchup_ms=\(catchUp.map { "\($0.milliseconds)" } ?? "none")")
     return errors
 }
+
+/// What a record costs each process with `--followers` (create loads): the leader's CPU per
+/// durable write, each follower's CPU per record it applied over the same seconds (from /proc and
+/// the followers' own `replication.sequence`), and their ratio.
+final class RecordCosts {
+    private let daemons: [SpawnedDaemon]
+    private let probes: [StatsProbe]
+    private let cpuBefore: [Double]
+    private let sequenceBefore: [Int]
+    /// The leader's µs per write of each run, by follower count (`--followers 0,2` compares them).
+    nonisolated(unsafe) static var leaderMicroseconds: [Int: [Double]] = [:]
+
+    init(followers: FollowerSet) throws {
+        daemons = followers.daemons
+        probes = try followers.ports.map { try StatsProbe(port: $0) }
+        cpuBefore = daemons.map { $0.cpuSeconds() }
+        sequenceBefore = try probes.map { try $0.stats().replication?.sequence ?? 0 }
+    }
+
+    /// Each follower's CPU µs per record applied since `init`.
+    func measure() throws -> [Double] {
+        try daemons.indices.map { index in
+            let cpu = daemons[index].cpuSeconds() - cpuBefore[index]
+            let applied = (try probes[index].stats().replication?.sequence ?? 0) - sequenceBefore[index]
+            return applied > 0 ? cpu * 1e6 / Double(applied) : 0
+        }
+    }
+
+    static func print(_ followers: [Double], followers count: Int, writesPerSecond: Int, leaderCPU: Double?, elapsed: Double) {
+        let writes = Double(writesPerSecond) * elapsed
+        let leader = leaderCPU.map { writes > 0 ? $0 * 1e6 / writes : 0 } ?? 0
+        leaderMicroseconds[count, default: []].append(leader)
+        Swift.print("leader CPU  \(String(format: "%.2f", leader)) µs per durable write (\(writesPerSecond) writes/s)")
+        for (index, cost) in followers.enumerated() {
+            Swift.print("follower \(index + 1)  \(String(format: "%.2f", cost)) µs CPU per applied record (\(String(format: "%.2f", leader > 0 ? cost / leader : 0)) × the leader's per write)")
+        }
+        let each = followers.map { String(format: "%.2f", $0) }.joined(separator: ",")
+        let worst = followers.max() ?? 0
+        Swift.print(
+            "COST followers=\(count) leader_wps=\(writesPerSecond) leader_cpu_us_per_write=\(String(format: "%.2f", leader)) "
+                + "follower_cpu_us_per_record=\(each.isEmpty ? "none" : each) follower_over_leader=\(String(format: "%.2f", leader > 0 ? worst / leader : 0))")
+    }
+
+    /// `RATIO leader_cpu_per_write followers=N/followers=0` when both ran.
+    static func printLeaderRatios() {
+        guard let alone = leaderMicroseconds[0], !alone.isEmpty else { return }
+        for (count, runs) in leaderMicroseconds.sorted(by: { $0.key < $1.key }) where count > 0 {
+            let base = median(alone)
+            Swift.print("RATIO leader_cpu_per_write followers=\(count)/followers=0 = \(String(format: "%.2f", base > 0 ? median(runs) / base : 0)) (µs \(String(format: "%.2f", median(runs))) / \(String(format: "%.2f", base)))")
+        }
+    }
+}

@@ -37,6 +37,8 @@ struct Options {
     var connectRate: Double?
     /// `--catch-up N`: a follower's catch-up against a leader holding N records.
     var catchUp: Int?
+    /// `--memory N`: bytes per record of N users, rpcd against Redis hashes.
+    var memory: Int?
 
     static let usage = """
         usage: rpcbench (--connect HOST:PORT | --spawn PATH_TO_RPCD) [options]
@@ -73,6 +75,7 @@ struct Options {
           --catch-up N       a leader takes N creates and restarts on its data; then time a follower started
                              empty until in sync (against the restart), and one restarted N/5 records behind
                              (records/s, against the leader's create rate)
+          --memory N         N users into a spawned daemon and into Redis (hashes): RSS bytes per record
           --idle N           open N idle connections to a spawned daemon, report its RSS per connection
           --recovery N       write N mutations, stop the daemon, time its restart until "listening on"
           --in-process N     no sockets: run N requests of the workload through the dispatcher on this thread
@@ -152,6 +155,10 @@ struct Options {
             case "--tls": options.tls = true
             case "--connect-rate": options.connectRate = try number(Double.self)
             case "--catch-up": options.catchUp = try number(Int.self)
+            case "--memory":
+                let count = try number(Int.self)
+                guard (1...100_000_000).contains(count) else { throw UsageError("--memory \(count): give 1 to 100000000 records") }
+                options.memory = count
             case "--help", "-h": throw UsageError(usage)
             default: throw UsageError("unknown option '\(flag)'; see rpcbench --help")
             }

@@ -89,6 +89,7 @@ func run() throws -> Never {
     if let users = options.listAfterInsert { runListAfterInsert(users: users) }
     if let seconds = options.connectRate, let binary = options.spawn { try runConnectRate(seconds: seconds, binary: binary) }
     if let records = options.catchUp, let binary = options.spawn { try runCatchUp(records: records, binary: binary) }
+    if let records = options.memory, let binary = options.spawn { try runMemory(records: records, binary: binary) }
     // MARK: - Idle connections
 
     if let idle = options.idle, let binary = options.spawn {
@@ -197,6 +198,7 @@ func run() throws -> Never {
         print("")
         compareRounds.printMedians()
     }
+    RecordCosts.printLeaderRatios()
     if variants.count > 1 {
         print("")
         let base = variants[0].label
@@ -301,6 +303,7 @@ func measureRPCD(fsync: String?, keyed: Bool = false, followers: Int? = nil) thr
     // Lag is sampled over the measured seconds only (the load's connections open first: close enough).
     let sampler = try followerSet.map { try LagSampler(leaderPort: target.port, followerPorts: $0.ports) }
     let followersCPUBefore = followerSet?.cpuSeconds() ?? 0
+    let costs = try followerSet.map { try RecordCosts(followers: $0) }
     // Each loop's time and the group commit over the run, from `system.stats` before and after
     // (a daemon on this machine).
     let statsProbe = target.host == "127.0.0.1" ? try? StatsProbe(port: target.port) : nil
@@ -312,6 +315,7 @@ func measureRPCD(fsync: String?, keyed: Bool = false, followers: Int? = nil) thr
     let loopSeconds = Double(nowNanoseconds() - loadStart) / 1e9
     let lag = sampler?.stop()
     let followersCPU = (followerSet?.cpuSeconds() ?? 0) - followersCPUBefore
+    let followerCosts = try costs?.measure()
     let threadCount = max(1, min(options.threads, options.conns))
     print("workload    \(options.workload.rawValue)\(fsync.map { " (fsync \($0))" } ?? "")\(keyed ? ", keyed creates" : "")")
     print("conns       \(options.conns) x depth \(options.depth), \(threadCount) load thread(s)")
@@ -330,6 +334,9 @@ func measureRPCD(fsync: String?, keyed: Bool = false, followers: Int? = nil) thr
         rpcd.errorReplies += printFollowerFigures(
             lag, catchUp: followers > 0 ? try sampler.catchUp() : nil, followers: followers, leaderPort: target.port,
             writesPerSecond: writes, cpuPercent: followersCPU / max(rpcd.elapsed, 0.001) * 100)
+        if let followerCosts, options.workload == .create {
+            RecordCosts.print(followerCosts, followers: followers, writesPerSecond: rpcd.rps, leaderCPU: rpcd.serverCPU, elapsed: rpcd.elapsed)
+        }
     }
     let followersField = followers.map { " followers=\($0)" } ?? ""
     rpcd.printResult(

@@ -45,6 +45,19 @@ import Glibc
         #expect(temp.rpcbenchEntries() == before, "rpcbench left its directories behind")
     }
 
+    @Test("rpcbench --memory: bytes per record of the daemon (and of Redis when it is installed), with zero errors")
+    func memory() throws {
+        let temp = try BenchTemp()
+        defer { temp.remove() }
+        let before = temp.rpcbenchEntries()
+        let outcome = try temp.runBench(["--spawn", try Binaries.rpcd().path, "--memory", "20000"], timeout: 120)
+        #expect(outcome.status == 0, "rpcbench failed: \(outcome.stdout)\(outcome.stderr)")
+        let result = outcome.stdout.split(separator: "\n").first { $0.hasPrefix("RESULT target=rpcd memory_records=20000 ") } ?? ""
+        let bytes = result.split(separator: " ").first { $0.hasPrefix("bytes_per_record=") }.flatMap { Int($0.dropFirst("bytes_per_record=".count)) }
+        #expect(result.hasSuffix(" errors=0") && (bytes ?? 0) > 50, "\(outcome.stdout)")
+        #expect(temp.rpcbenchEntries() == before, "rpcbench left its directories behind")
+    }
+
     @Test("rpcbench --tls: the load over rpcd's tls: listener, and idle TLS connections, with zero errors")
     func overTLS() throws {
         let temp = try BenchTemp()

@@ -120,6 +120,8 @@ final class Journal: MutationLog, @unchecked Sendable {
         return syncGate?.refusal()
     }
 
+    var fencesReads: Bool { syncGate != nil }
+
     /// With a sync set: the last record while the set has not confirmed it (reads wait for it).
     func readFence() -> UInt64? {
         guard let syncGate else { return nil }
