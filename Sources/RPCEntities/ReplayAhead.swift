@@ -1,4 +1,4 @@
-import Foundation
+import CRPCLinux
 import RPCSchema
 
 /// A restart reads its files on two threads: a second thread parses the lines of a file a chunk
@@ -112,7 +112,7 @@ extension JournalReplay {
         private let bytes: UnsafeRawBufferPointer
         private let chunkBytes: Int
         private let parser: LineParser
-        private let condition = NSCondition()
+        private let condition = Condition()
         /// Parsed chunks not yet taken, in file order.
         private var ready: [Chunk] = []
         private var finished = false
@@ -190,4 +190,19 @@ extension JournalReplay {
             condition.unlock()
         }
     }
+}
+
+/// NSCondition's four calls over a pthread mutex and condition variable (CRPCLinux): the
+/// entities import neither Foundation nor Glibc.
+private final class Condition: @unchecked Sendable {
+    // @unchecked: the C object is what serialises its users.
+    private let handle: OpaquePointer
+
+    init() { handle = crpc_condition_create() }
+    deinit { crpc_condition_destroy(handle) }
+
+    func lock() { crpc_condition_lock(handle) }
+    func unlock() { crpc_condition_unlock(handle) }
+    func wait() { crpc_condition_wait(handle) }
+    func broadcast() { crpc_condition_broadcast(handle) }
 }

@@ -49,6 +49,17 @@ void crpc_adaptive_mutex_destroy(crpc_adaptive_mutex *mutex);
 static inline void crpc_adaptive_mutex_lock(crpc_adaptive_mutex *mutex) { pthread_mutex_lock((pthread_mutex_t *)(void *)mutex); }
 static inline void crpc_adaptive_mutex_unlock(crpc_adaptive_mutex *mutex) { pthread_mutex_unlock((pthread_mutex_t *)(void *)mutex); }
 
+/// A mutex with a condition variable behind an opaque handle (what NSCondition is, without
+/// Foundation): for the entities' replay, which must not import Glibc or Foundation.
+typedef struct crpc_condition crpc_condition;
+crpc_condition *crpc_condition_create(void);
+void crpc_condition_destroy(crpc_condition *condition);
+void crpc_condition_lock(crpc_condition *condition);
+void crpc_condition_unlock(crpc_condition *condition);
+/// Waits with the lock held; holds it again on return (spurious wake-ups happen: loop on the state).
+void crpc_condition_wait(crpc_condition *condition);
+void crpc_condition_broadcast(crpc_condition *condition);
+
 /// Names the calling thread (what `top -H`, `perf` and `/proc/PID/task/*/comm` show); the kernel
 /// keeps the first 15 bytes.
 static inline void crpc_set_thread_name(const char *name) {
