@@ -1,5 +1,4 @@
 import CRPCLinux
-import Foundation
 import RPCSchema
 
 /// Where applied mutations go, in apply order (the journal). Called with the state lock held, so
