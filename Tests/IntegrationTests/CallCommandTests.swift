@@ -64,12 +64,35 @@ struct CallCommandTests {
     @Test("usage errors exit 2 with one line on stderr", arguments: [
         [String](), ["127.0.0.1:1"], ["not-an-address", "user.listUsers"], ["127.0.0.1:1", "nodot"],
         ["--timeout", "soon", "127.0.0.1:1", "user.listUsers"], ["--bogus", "127.0.0.1:1", "user.listUsers"],
-        ["127.0.0.1:1", "user.getUser", "{}", "extra"],
+        ["127.0.0.1:1", "user.getUser", "{}", "extra"], ["127.0.0.1:1,", "user.listUsers"], ["127.0.0.1:1,nowhere", "user.listUsers"],
     ])
     func usage(_ arguments: [String]) throws {
         let out = try call(arguments, timeout: 5)
         #expect(out.status == 2, "rpcd call \(arguments): exit \(String(describing: out.status))")
         expectOneLineError(out)
+    }
+
+    @Test("a list of members: past one that cannot be reached and one that answers readOnly (a follower) to the leader, saying so on stderr")
+    func membersInOrder() throws {
+        let dirs = (0..<2).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let leader = try Replicas.leader(dirs[0])
+        defer { leader.stop() }
+        let follower = try Replicas.follower(of: leader, dirs[1])
+        defer { follower.stop() }
+        let hold = try PortHold()
+        let members = "127.0.0.1:\(hold.port),\(Replicas.address(follower)),\(Replicas.address(leader))"
+        let created = try call(["--key", "k1", members, "user.createUser", #"{"id":"u1","name":"Ada","email":"ada@example.com"}"#])
+        #expect(created.status == 0 && created.stdout.contains("createUserResult"), "\(created.stdout)\(created.stderr)")
+        #expect(created.stderr.contains("127.0.0.1:\(hold.port) cannot be reached"), "\(created.stderr)")
+        #expect(created.stderr.contains("\(Replicas.address(follower)) answered readOnly (a follower); trying \(Replicas.address(leader))"), "\(created.stderr)")
+        // A read is answered by the first member that can: the follower, once it has the record.
+        try Replicas.waitForConvergence(leader: leader, followers: [follower])
+        let read = try call(["\(Replicas.address(follower)),\(Replicas.address(leader))", "user.getUser", #"{"userId":"u1"}"#])
+        #expect(read.status == 0 && read.stdout.contains("getUserResult") && read.stderr.isEmpty, "\(read.stdout)\(read.stderr)")
+        // Every member a follower: the last readOnly is the answer (exit 1).
+        let refused = try call([Replicas.address(follower), "user.createUser", #"{"id":"u2","name":"B","email":"b@example.com"}"#])
+        #expect(refused.status == 1 && refused.stdout.contains("readOnly"), "\(refused.stdout)")
     }
 
     @Test("unreachable: refused port, and a peer that never answers, exit 2 within the timeout")

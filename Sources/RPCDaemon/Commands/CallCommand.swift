@@ -10,14 +10,16 @@ import RPCTransport
 /// (with one line on stderr).
 enum CallCommand {
     static let usage =
-        "usage: rpcd call [--timeout S] [--auth NAME:TOKEN-FILE] [--key KEY | --key auto] [--ca FILE] [--cert FILE --key-file FILE] [--insecure] ADDRESS METHOD [PARAM-JSON | -]"
+        "usage: rpcd call [--timeout S] [--auth NAME:TOKEN-FILE] [--key KEY | --key auto] [--ca FILE] [--cert FILE --key-file FILE] [--insecure] ADDRESS[,ADDRESS...] METHOD [PARAM-JSON | -]"
 
     static let help = """
         \(usage)
 
         Sends one request to rpcd and prints the counter-request that answers it as one JSON line.
           ADDRESS       the daemon: HOST:PORT (127.0.0.1:7878), tls:HOST:PORT (TLS) or unix:PATH
-                        (unix:/run/rpcd/rpcd.sock)
+                        (unix:/run/rpcd/rpcd.sock); a comma-separated list of members is tried in
+                        order, moving on from one that cannot be reached or answers readOnly (a
+                        follower), and, with --key, from one that was lost with the call unanswered
           METHOD        entity.method, e.g. user.getUser
           PARAM-JSON    the param object (default {}); - reads it from stdin
           --timeout S   seconds to wait for the connection and the reply together (default \(Int(defaultTimeout));
@@ -42,7 +44,9 @@ enum CallCommand {
     static let defaultTimeout = 30.0
 
     struct Invocation {
-        var address: String
+        /// The first of `addresses`.
+        var address: String { addresses[0] }
+        var addresses: [String]
         var method: RPCMethod
         var param: JSONValue
         var timeout: Double
@@ -136,13 +140,15 @@ enum CallCommand {
         guard positional.count <= 3 else {
             throw UsageError("too many arguments (\(positional.count)); quote the param as one argument: \(usage)")
         }
-        let address = positional[0]
-        let isTLS = address.hasPrefix("tls:")
-        guard SocketAddress(parsing: isTLS ? String(address.dropFirst(4)) : address) != nil, !(isTLS && address.hasPrefix("tls:unix:")) else {
-            throw UsageError("'\(address)' is not an address: use \(SocketAddress.acceptedForms); tls:HOST:PORT for TLS")
+        let addresses = positional[0].split(separator: ",", omittingEmptySubsequences: false).map(String.init)
+        for address in addresses {
+            let isTLS = address.hasPrefix("tls:")
+            guard SocketAddress(parsing: isTLS ? String(address.dropFirst(4)) : address) != nil, !(isTLS && address.hasPrefix("tls:unix:")) else {
+                throw UsageError("'\(address)' is not an address: use \(SocketAddress.acceptedForms); tls:HOST:PORT for TLS; a list as A,B")
+            }
         }
-        if !isTLS, let flag = tlsFlags.first {
-            throw UsageError("\(flag) is for a TLS daemon: give its address as tls:\(address)")
+        if !addresses.contains(where: { $0.hasPrefix("tls:") }), let flag = tlsFlags.first {
+            throw UsageError("\(flag) is for a TLS daemon: give its address as tls:\(addresses[0])")
         }
         if (tls.certificateFile == nil) != (tls.keyFile == nil) {
             throw UsageError("--cert and --key-file go together: give the client certificate and its key")
@@ -167,7 +173,7 @@ enum CallCommand {
             throw UsageError("\(source) is not valid JSON (\(error)); give an object like '{\"userId\":\"u1\"}'")
         }
         return Invocation(
-            address: address, method: method, param: param, timeout: timeout, credentials: credentials, key: key, madeKey: madeKey, tls: tls)
+            addresses: addresses, method: method, param: param, timeout: timeout, credentials: credentials, key: key, madeKey: madeKey, tls: tls)
     }
 
     /// `NAME:TOKEN-FILE` -> the name and the file's token (surrounding whitespace dropped).
@@ -187,16 +193,47 @@ enum CallCommand {
         return .token(name: name, secret: token)
     }
 
-    /// Connects and calls within one deadline.
+    /// Tries the addresses in order within one deadline: past one that cannot be reached, that
+    /// answers `readOnly` (a follower), or, when the call has a key (so a second try cannot apply
+    /// it twice), that was lost before it answered. The last member's outcome is the command's.
     static func perform(_ invocation: Invocation) async -> Result<Request, RPCClientError> {
+        let deadline = ContinuousClock.now + Duration.nanoseconds(Int64(invocation.timeout * 1e9))
+        var outcome: Result<Request, RPCClientError> = .failure(.connectFailed(address: invocation.address, reason: "no address"))
+        for (index, address) in invocation.addresses.enumerated() {
+            outcome = await perform(invocation, at: address, deadline: deadline)
+            guard index + 1 < invocation.addresses.count, ContinuousClock.now < deadline else { break }
+            let why: String
+            switch outcome {
+            case .success(let reply) where reply.method == .error && Self.code(of: reply) == RPCErrorCode.readOnly.rawValue:
+                why = "answered readOnly (a follower)"
+            case .failure(.connectFailed(_, let reason)):
+                why = "cannot be reached (\(reason))"
+            case .failure(.outcomeUnknown(_, _, _, _, let reason)) where invocation.key != nil:
+                why = "was lost before it answered (\(reason)); the key makes the retry safe"
+            default:
+                return outcome
+            }
+            LogSink.stderr.write("rpcd call: \(address) \(why); trying \(invocation.addresses[index + 1])\n")
+        }
+        return outcome
+    }
+
+    /// An `error.error` reply's code.
+    static func code(of reply: Request) -> String? {
+        guard case .object(let param)? = reply.param, case .string(let code)? = param["code"] else { return nil }
+        return code
+    }
+
+    /// Connects to `address` and calls before `deadline`.
+    static func perform(_ invocation: Invocation, at address: String, deadline: ContinuousClock.Instant) async -> Result<Request, RPCClientError> {
         // `parse` bounds the timeout (30 days at most), so the nanoseconds fit in Int64.
         let timeout = Duration.nanoseconds(Int64(invocation.timeout * 1e9))
-        let deadline = ContinuousClock.now + timeout
         do {
+            let left = max(deadline - ContinuousClock.now, .milliseconds(1))
             let options = RPCClientOptions(
-                defaultTimeout: timeout, connectTimeout: timeout, credentials: invocation.credentials,
-                tls: invocation.address.hasPrefix("tls:") ? invocation.tls : nil)
-            let client = try await RPCClient.connect(to: invocation.address, options: options)
+                defaultTimeout: left, connectTimeout: left, credentials: invocation.credentials,
+                tls: address.hasPrefix("tls:") ? invocation.tls : nil)
+            let client = try await RPCClient.connect(to: address, options: options)
             defer { client.close() }
             let remaining = max(deadline - ContinuousClock.now, .milliseconds(1))
             return .success(try await client.send(invocation.method, param: invocation.param, key: invocation.key, timeout: remaining))
@@ -209,7 +246,7 @@ enum CallCommand {
         } catch let error as RPCClientError {
             return .failure(error)
         } catch {
-            return .failure(.connectFailed(address: invocation.address, reason: "\(error)"))
+            return .failure(.connectFailed(address: address, reason: "\(error)"))
         }
     }
 
