@@ -136,28 +136,24 @@ public struct SortedIDs: Sendable {
     public var all: [ExactID] { ids(after: nil, limit: count) }
 
     /// First index whose key is at or above `key`.
-    static func lowerBound(_ keys: [Key], _ key: Key) -> Int {
-        keys.withUnsafeBufferPointer { keys in
-            guard let first = keys.baseAddress else { return 0 }
-            var low = 0
-            var high = keys.count
-            while low < high {
-                let mid = low + (high - low) / 2
-                if Key.compare(first + mid, key) < 0 { low = mid + 1 } else { high = mid }
-            }
-            return low
-        }
-    }
+    @inline(__always)
+    static func lowerBound(_ keys: [Key], _ key: Key) -> Int { partition(keys, key, below: 0) }
 
     /// First index whose key is above `key` (the number of keys at or below it).
-    static func upperBound(_ keys: [Key], _ key: Key) -> Int {
+    @inline(__always)
+    static func upperBound(_ keys: [Key], _ key: Key) -> Int { partition(keys, key, below: 1) }
+
+    /// First index whose key compares to `key` at `below` or more (`Key.compare`: -1, 0, 1):
+    /// 0 finds the lower bound, 1 the upper.
+    @inline(__always)
+    private static func partition(_ keys: [Key], _ key: Key, below: Int) -> Int {
         keys.withUnsafeBufferPointer { keys in
             guard let first = keys.baseAddress else { return 0 }
             var low = 0
             var high = keys.count
             while low < high {
                 let mid = low + (high - low) / 2
-                if Key.compare(first + mid, key) > 0 { high = mid } else { low = mid + 1 }
+                if Key.compare(first + mid, key) < below { low = mid + 1 } else { high = mid }
             }
             return low
         }

@@ -218,21 +218,7 @@ struct _JSONParserState {
         items.reserveCapacity(4)
         while true {
             items.append(try parseValue())
-            skipWhitespace()
-            guard pos < end else { throw eof() }
-            let b = ptr[pos]
-            if b == Byte.comma {
-                pos += 1
-                skipWhitespace()
-                guard pos < end else { throw eof() }
-                if ptr[pos] == Byte.closeBracket { throw fail("trailing comma in array", at: pos) }
-            } else if b == Byte.closeBracket {
-                pos += 1
-                depth -= 1
-                return .array(items)
-            } else {
-                throw fail("expected ',' or ']' in array", at: pos)
-            }
+            if try closes(Byte.closeBracket, "]", in: "array") { return .array(items) }
         }
     }
 
@@ -260,22 +246,28 @@ struct _JSONParserState {
             skipWhitespace()
             let value = try parseValue()
             if !Self.insert(key, value, into: &object.pairs, index: &index) { written = false }
+            if try closes(Byte.closeBrace, "}", in: "object") { return .object(object) }
+        }
+    }
+
+    /// After a container's value: true at its closing byte (consumed, the container left), false
+    /// after a comma (another value follows).
+    @inline(__always)
+    mutating func closes(_ closing: UInt8, _ shown: String, in container: String) throws(JSONParseError) -> Bool {
+        skipWhitespace()
+        guard pos < end else { throw eof() }
+        let b = ptr[pos]
+        if b == Byte.comma {
+            pos += 1
             skipWhitespace()
             guard pos < end else { throw eof() }
-            let b = ptr[pos]
-            if b == Byte.comma {
-                pos += 1
-                skipWhitespace()
-                guard pos < end else { throw eof() }
-                if ptr[pos] == Byte.closeBrace { throw fail("trailing comma in object", at: pos) }
-            } else if b == Byte.closeBrace {
-                pos += 1
-                depth -= 1
-                return .object(object)
-            } else {
-                throw fail("expected ',' or '}' in object", at: pos)
-            }
+            if ptr[pos] == closing { throw fail("trailing comma in \(container)", at: pos) }
+            return false
         }
+        guard b == closing else { throw fail("expected ',' or '\(shown)' in \(container)", at: pos) }
+        pos += 1
+        depth -= 1
+        return true
     }
 
     /// Inserts a pair; a repeated key keeps its first position and takes the new (last) value.
