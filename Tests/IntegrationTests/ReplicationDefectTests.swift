@@ -165,4 +165,26 @@ struct ReplicationDefectTests {
         #expect(told, "\(replication)")
         #expect(replication["connected"] as? Bool == true && replication["leaderSequence"] as? Int == 50, "\(replication)")
     }
+
+    @Test("in a chain whose middle daemon dies, the last follower follows the middle one's own leader directly and catches up")
+    func chainClimbsPastADeadMiddle() throws {
+        let dirs = (0..<3).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let (leader, middle, last) = try Replicas.chain(dirs)
+        defer { [leader, middle, last].forEach { $0.stop() } }
+        try JournalSupport.createUsers(port: leader.port, prefix: "a", range: 0..<20)
+        try Replicas.waitForConvergence(leader: leader, followers: [middle, last])
+        // The last follower has heard, through replication.position, whom the middle one follows.
+        usleep(1_500_000)
+        middle.kill()
+        _ = middle.waitForExit(timeout: 10)
+        try JournalSupport.createUsers(port: leader.port, prefix: "b", range: 0..<20)
+        let said = "the leader at \(Replicas.address(middle)) cannot be reached"
+        #expect(last.stderrEventually(contains: said, timeout: 20), "\(last.stderrTail())")
+        #expect(last.stderrText.contains("following its own leader \(Replicas.address(leader)) directly"), "\(last.stderrTail())")
+        try Replicas.waitForConvergence(leader: leader, followers: [last], timeout: 20)
+        #expect(try Replicas.replication(last)["leader"] as? String == Replicas.address(leader))
+        let refused = try LineClient(port: last.port).request(Wire.createUser("x", "x", "X", "x@example.com"))
+        #expect(refused.contains("readOnly") && refused.contains(Replicas.address(leader)), "\(refused)")
+    }
 }

@@ -18,7 +18,11 @@ import RPCTransport
 final class Follower: @unchecked Sendable {
     // @unchecked: the vars marked "guarded" are guarded by `lock`; the ones marked "queue only" are
     // touched on `queue`.
-    let leader: String
+    /// The leader followed now: the configured one, or, once that one could not be reached,
+    /// the leader it was itself following (the chain's next link up).
+    var leader: String { targetLock.withLock { target } }
+    private let targetLock = NSLock()
+    private var target: String
     private let credentials: RPCCredentials?
     private let dispatcher: Dispatcher
     private let journal: Journal
@@ -50,6 +54,8 @@ final class Follower: @unchecked Sendable {
     private var leaderSequence: UInt64?
     /// Where the chain above the leader is broken (a daemon there lost its own leader), while connected.
     private var chainBreak: String?
+    /// The leader's own leader, when it is a follower (from `replication.position`).
+    private var upstream: String?
     /// Why the last try to follow failed (shown while not connected).
     private var lastFailure: String?
 
@@ -71,7 +77,7 @@ final class Follower: @unchecked Sendable {
         leader: String, credentials: RPCCredentials?, tls: RPCTLSOptions? = nil, dispatcher: Dispatcher, journal: Journal, log: Logger,
         configureKeys: @escaping @Sendable (inout Entities) -> Void
     ) {
-        self.leader = leader
+        self.target = leader
         self.credentials = credentials
         self.tls = tls
         self.dispatcher = dispatcher
@@ -142,10 +148,12 @@ final class Follower: @unchecked Sendable {
             guard lock.withLock({ self.client === client && stopped == nil }) else { return }
             do {
                 let position = try await client.call(ReplicationPosition(), timeout: .seconds(5))
+                let above = leader
                 lock.withLock {
                     guard self.client === client else { return }
                     leaderSequence = max(leaderSequence ?? 0, UInt64(clamping: position.newestSequence))
-                    chainBreak = Self.chainBreak(above: leader, position)
+                    chainBreak = Self.chainBreak(above: above, position)
+                    upstream = position.role == "follower" ? position.leader : nil
                 }
             } catch let error as RPCClientError where error.code == .methodNotFound {
                 return  // a leader older than `replication.position`: its subscribe figures only
@@ -159,7 +167,9 @@ final class Follower: @unchecked Sendable {
 
     private func run() async {
         var attempt = 0
+        var unreachable = 0
         while lock.withLock({ stopped == nil }) {
+            let leader = self.leader
             var options = RPCClientOptions()
             options.credentials = credentials
             options.tls = tls
@@ -200,6 +210,7 @@ final class Follower: @unchecked Sendable {
                     lastFailure = nil
                     leaderSequence = UInt64(clamping: result.sequence)
                 }
+                unreachable = 0
                 log.info("following \(leader) from sequence \(from) (the leader is at \(result.sequence))")
                 Task { await self.watchPosition(client) }
                 var why = "the connection closed"
@@ -228,6 +239,12 @@ final class Follower: @unchecked Sendable {
                 }
                 if lock.withLock({ stopped != nil }) { return }
                 log.warning(key: "follow", "cannot follow \(leader): \(error); retrying")
+                unreachable += 1
+                if unreachable >= Self.triesBeforeClimbing, climb(from: leader, because: "\(error)") {
+                    unreachable = 0
+                    attempt = 0
+                    continue
+                }
             }
             attempt += 1
             // The first retry is quick (a restarted leader is back within moments, and every
@@ -235,6 +252,25 @@ final class Follower: @unchecked Sendable {
             let delay = attempt == 1 ? 0.02 : min(5.0, 0.05 * Double(1 << min(attempt - 1, 7)))
             try? await Task.sleep(for: .milliseconds(Int(delay * 1000)))
         }
+    }
+
+    /// Failed connections to the leader after which a follower follows that leader's own leader.
+    static let triesBeforeClimbing = 3
+
+    /// The leader cannot be reached: follow its own leader, when it named one this daemon can
+    /// reach the same way (not a Unix socket of its machine, TLS only with TLS). True if it did.
+    private func climb(from unreachable: String, because why: String) -> Bool {
+        guard let next = lock.withLock({ upstream }), next != unreachable, !next.hasPrefix("unix:"),
+            next.hasPrefix(TLSSettings.listenPrefix) == unreachable.hasPrefix(TLSSettings.listenPrefix)
+        else { return false }
+        targetLock.withLock { target = next }
+        lock.withLock {
+            upstream = nil
+            leaderSequence = nil
+        }
+        dispatcher.setReadOnly("this daemon follows the leader at \(next) and serves reads only; send mutations to the leader at \(next)")
+        log.warning("the leader at \(unreachable) cannot be reached (\(why)); following its own leader \(next) directly")
+        return true
     }
 
     /// On the client's queue: a request from the leader joins the inbox (a record with its
