@@ -43,9 +43,11 @@ extension MutationLog {
     public var fencesReads: Bool { false }
     /// A log whose records are confirmed once durable.
     public func whenConfirmed(_ ticket: UInt64, _ done: @escaping @Sendable (RPCError?) -> Void) {
-        whenDurable(ticket) { failure in
-            done(failure.map { .internal("the change was applied but not saved: \($0); it may be lost on restart") })
-        }
+        whenDurable(ticket) { failure in done(failure.map(Self.notSaved)) }
+    }
+    /// What a mutation's client gets when its record could not be made durable.
+    public static func notSaved(_ failure: String) -> RPCError {
+        .internal("the change was applied but not saved: \(failure); it may be lost on restart")
     }
     /// A log that numbers records itself ignores the leader's number.
     public func record(_ body: JournalRecord.Body, at seq: UInt64) -> UInt64? { record(body) }
@@ -640,9 +642,9 @@ public final class Dispatcher: @unchecked Sendable {
     /// A leader's `replication.term` record, sequence number `seq`, on a follower: journaled under
     /// `seq` (its bytes as sent) and added to the history. Fails when the term does not grow.
     public func applyTerm(_ request: Request, body: JournalRecord.Body?, seq: UInt64) -> Replicated {
-        guard let term = try? JSONValueDecoder().decode(ReplicationTerm.self, from: request.param ?? .null), term.term > 0, !term.termId.isEmpty else {
-            return .failed(.invalidParams("replication.term needs {\"term\" above 0, \"termId\", \"leader\"}"))
-        }
+        guard let record = try? JSONValueDecoder().decode(ReplicationTerm.self, from: request.param ?? .null),
+            let entry = TermHistory.Term(record, start: seq)
+        else { return .failed(.invalidParams(TermHistory.recordNeeds)) }
         let body = log.map { _ in body ?? JournalRecord.Body(request) }
         lock.lock()
         defer {
@@ -650,10 +652,7 @@ public final class Dispatcher: @unchecked Sendable {
             log?.recorded()
         }
         if let log, let reason = log.refusal() { return .refused(reason) }
-        let entry = TermHistory.Term(term: UInt64(term.term), id: term.termId, start: seq, leader: term.leader)
-        var terms = state.terms
-        if let reason = terms.add(entry) { return .failed(.conflict(reason)) }
-        state.terms = terms
+        if let reason = state.terms.add(entry) { return .failed(.conflict(reason)) }
         return .applied(ticket: body.flatMap { log?.record($0, at: seq) })
     }
 

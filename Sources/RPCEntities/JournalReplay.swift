@@ -309,8 +309,8 @@ public struct JournalReplay {
 
     /// Adds a term to the state's history; why it cannot follow the last, or nil.
     public mutating func addTerm(_ term: ReplicationTerm, start: UInt64) -> String? {
-        guard term.term > 0, start > 0, !term.termId.isEmpty else { return "replication.term needs a term above 0, a start and an id" }
-        return state.terms.add(.init(term: UInt64(term.term), id: term.termId, start: start, leader: term.leader))
+        guard let entry = TermHistory.Term(term, start: start) else { return TermHistory.recordNeeds }
+        return state.terms.add(entry)
     }
 
     /// Uptime now, the time replayed keys are remembered at (their window starts at the replay).

@@ -16,7 +16,17 @@ public struct TermHistory: Sendable, Equatable {
             self.start = start
             self.leader = leader
         }
+
+        /// A `replication.term` record starting at `start`; nil unless its term is above 0, it has
+        /// an id and a start.
+        public init?(_ record: ReplicationTerm, start: UInt64) {
+            guard record.term > 0, start > 0, !record.termId.isEmpty else { return nil }
+            self.init(term: UInt64(record.term), id: record.termId, start: start, leader: record.leader)
+        }
     }
+
+    /// What a `replication.term` record needs.
+    public static let recordNeeds = "replication.term needs a \"term\" above 0, a \"termId\" and a start"
 
     public private(set) var terms: [Term] = []
 

@@ -18,6 +18,14 @@ struct SyncReplicationTests {
         try Replicas.replication(daemon)["inSyncReplicas"] as? Int
     }
 
+    /// A leader with `min_sync_replicas 1` and `syncTimeout`, and a follower of it in its sync set.
+    static func leaderWithFollowerInSync(_ dirs: [URL], syncTimeout: String) throws -> (leader: DaemonProcess, follower: DaemonProcess) {
+        let leader = try Replicas.leader(dirs[0], ["--min-sync-replicas", "1", "--sync-timeout", syncTimeout])
+        let follower = try Replicas.follower(of: leader, dirs[1])
+        #expect(try eventually(timeout: 10) { try Self.inSync(leader) == 1 }, "\(leader.stderrTail())")
+        return (leader, follower)
+    }
+
     @Test("without a follower in sync a mutation is refused before it runs (and its key is not remembered); once one is, the same call succeeds")
     func refusedUntilInSync() throws {
         let dirs = (0..<2).map { _ in JournalSupport.makeDataDir() }
@@ -43,14 +51,12 @@ struct SyncReplicationTests {
     func timeoutAndRetry() throws {
         let dirs = (0..<2).map { _ in JournalSupport.makeDataDir() }
         defer { dirs.forEach(JournalSupport.remove) }
-        let leader = try Replicas.leader(dirs[0], ["--min-sync-replicas", "1", "--sync-timeout", "1"])
-        defer { leader.stop() }
-        let follower = try Replicas.follower(of: leader, dirs[1])
+        let (leader, follower) = try Self.leaderWithFollowerInSync(dirs, syncTimeout: "1")
         defer {
             follower.signal(SIGCONT)
             follower.stop()
+            leader.stop()
         }
-        #expect(try eventually(timeout: 10) { try Self.inSync(leader) == 1 }, "\(leader.stderrTail())")
         let c = try LineClient(port: leader.port, timeout: 20)
         #expect(try c.request(Self.keyedCreate("1", "before", key: "k0")).contains("createUserResult"))
 
@@ -76,14 +82,12 @@ struct SyncReplicationTests {
     func readsWaitForConfirmation() throws {
         let dirs = (0..<2).map { _ in JournalSupport.makeDataDir() }
         defer { dirs.forEach(JournalSupport.remove) }
-        let leader = try Replicas.leader(dirs[0], ["--min-sync-replicas", "1", "--sync-timeout", "5"])
-        defer { leader.stop() }
-        let follower = try Replicas.follower(of: leader, dirs[1])
+        let (leader, follower) = try Self.leaderWithFollowerInSync(dirs, syncTimeout: "5")
         defer {
             follower.signal(SIGCONT)
             follower.stop()
+            leader.stop()
         }
-        #expect(try eventually(timeout: 10) { try Self.inSync(leader) == 1 }, "\(leader.stderrTail())")
         let writer = try LineClient(port: leader.port, timeout: 10)
         let reader = try LineClient(port: leader.port, timeout: 10)
         // A read of a confirmed state is answered at once.

@@ -223,18 +223,16 @@ extension Daemon {
     static func startTermIfPromoted(_ options: ServeOptions, dispatcher: Dispatcher, journal: Journal, log: Logger) -> Bool {
         let marker = journal.directory.path + "/FOLLOWING"
         if let leader = options.follow {
-            guard FileIO.exists(marker) else {
-                do {
-                    let fd = try FileIO.open(marker, O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600)
-                    defer { FileIO.close(fd) }
-                    try Array("\(leader)\n".utf8).withUnsafeBytes { try FileIO.writeAll(fd, $0, at: 0, path: marker, faults: false) }
-                    try FileIO.sync(fd, path: marker, faults: false)
-                    try FileIO.syncDirectory(journal.directory.path)
-                } catch {
-                    log.error("cannot write \(marker): \(error); fix the data directory's permissions")
-                    return false
-                }
-                return true
+            guard !FileIO.exists(marker) else { return true }
+            do {
+                let fd = try FileIO.open(marker, O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600)
+                defer { FileIO.close(fd) }
+                try Array("\(leader)\n".utf8).withUnsafeBytes { try FileIO.writeAll(fd, $0, at: 0, path: marker, faults: false) }
+                try FileIO.sync(fd, path: marker, faults: false)
+                try FileIO.syncDirectory(journal.directory.path)
+            } catch {
+                log.error("cannot write \(marker): \(error); fix the data directory's permissions")
+                return false
             }
             return true
         }

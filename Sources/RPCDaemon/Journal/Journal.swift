@@ -132,7 +132,7 @@ final class Journal: MutationLog, @unchecked Sendable {
     /// Durable here, then confirmed by the sync set when there is one.
     func whenConfirmed(_ ticket: UInt64, _ done: @escaping @Sendable (RPCError?) -> Void) {
         whenDurable(ticket) { [syncGate] failure in
-            if let failure { return done(.internal("the change was applied but not saved: \(failure); it may be lost on restart")) }
+            if let failure { return done(Self.notSaved(failure)) }
             guard let syncGate else { return done(nil) }
             syncGate.wait(ticket, done)
         }

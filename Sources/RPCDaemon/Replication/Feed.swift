@@ -158,7 +158,7 @@ final class ReplicationFeed: @unchecked Sendable {
     /// A subscriber acknowledged records through `seq`.
     func acknowledged(_ subscriber: Subscriber, _ seq: UInt64) {
         guard subscriber.replica, let syncGate else { return }
-        syncGate.acknowledged(ObjectIdentifier(subscriber), seq, durable: sequences.durable)
+        syncGate.acknowledged(ObjectIdentifier(subscriber), seq)
     }
 
     private static func product(_ a: UInt64, _ b: UInt64) -> UInt64 {

@@ -418,12 +418,7 @@ final class Follower: @unchecked Sendable {
                 // Acknowledged like a record: with nothing after it, the leader learns this way
                 // that the follower holds everything through `seq` (and may count it as in sync).
                 var ack: [UInt8] = []
-                RequestCodec.encode(id: "r\(seq)", method: SnapshotEnd.method.result, form: .canonical, into: &ack) { out in
-                    out.append(contentsOf: #"{"sequence":"#.utf8)
-                    out.append(contentsOf: String(seq).utf8)
-                    out.append(UInt8(ascii: "}"))
-                    return nil
-                }
+                Self.acknowledge(id: "r\(seq)", method: SnapshotEnd.method, seq: seq, into: &ack)
                 send(ack)
                 blocked = false
                 handled(1)  // the snapshotEnd
@@ -462,17 +457,22 @@ final class Follower: @unchecked Sendable {
             return true
         case .applied(let ticket):
             appliedHere = seq
-            // The leader reads the id ("r<seq>"); the param says the sequence, never the record
-            // (a record grown past the frame limit would make its echo too long to send back).
-            RequestCodec.encode(id: request.id, method: request.method.result, form: .canonical, into: &acks) { out in
-                out.append(contentsOf: #"{"sequence":"#.utf8)
-                out.append(contentsOf: String(seq).utf8)
-                out.append(UInt8(ascii: "}"))
-                return nil
-            }
+            Self.acknowledge(id: request.id, method: request.method, seq: seq, into: &acks)
             scratch.removeAll(keepingCapacity: true)
             if let ticket { acksTicket = max(acksTicket ?? 0, ticket) }
             return true
+        }
+    }
+
+    /// `{"id":"r<seq>","method":"….…Result","param":{"sequence":N}}`: the leader reads the id; the
+    /// param says the sequence, never the record (a record grown past the frame limit would make
+    /// its echo too long to send back).
+    private static func acknowledge(id: String, method: RPCMethod, seq: UInt64, into out: inout [UInt8]) {
+        RequestCodec.encode(id: id, method: method.result, form: .canonical, into: &out) { out in
+            out.append(contentsOf: #"{"sequence":"#.utf8)
+            out.append(contentsOf: String(seq).utf8)
+            out.append(UInt8(ascii: "}"))
+            return nil
         }
     }
 
@@ -562,13 +562,7 @@ final class Follower: @unchecked Sendable {
     /// snapshot when it holds some of them); the path of the file.
     private func saveRecords(after shared: UInt64, through last: UInt64) -> Result<String, FeedProblem> {
         let files = journal.directory.files
-        var stamp = time(nil)
-        var parts = tm()
-        gmtime_r(&stamp, &parts)
-        let date = String(
-            format: "%04d%02d%02dT%02d%02d%02dZ", Int(parts.tm_year) + 1900, Int(parts.tm_mon) + 1, Int(parts.tm_mday),
-            Int(parts.tm_hour), Int(parts.tm_min), Int(parts.tm_sec))
-        let path = "\(files.path)/rewound-\(date)-after-\(shared).jsonl"
+        let path = "\(files.path)/rewound-\(Recovery.fileTime())-after-\(shared).jsonl"
         let snapshotSeq = journal.sequences.snapshot
         do {
             let fd = try FileIO.open(path, O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600)

@@ -58,8 +58,8 @@ final class SyncGate: @unchecked Sendable {
         if let left { log.warning("synchronous replication: \(left) left the sync set (its connection closed); \(inSyncCount) in sync of \(required) needed") }
     }
 
-    /// A follower acknowledged records through `seq`; `durable` is the leader's last durable one.
-    func acknowledged(_ id: ObjectIdentifier, _ seq: UInt64, durable: UInt64) {
+    /// A follower acknowledged records through `seq`.
+    func acknowledged(_ id: ObjectIdentifier, _ seq: UInt64) {
         let joined: String? = lock.withLock {
             guard var member = members[id], seq > member.acked else { return nil }
             member.acked = seq
@@ -75,7 +75,7 @@ final class SyncGate: @unchecked Sendable {
         settle()
     }
 
-    var inSyncCount: Int { lock.withLock { members.values.filter(\.inSync).count } }
+    var inSyncCount: Int { lock.withLock { members.values.reduce(0) { $0 + ($1.inSync ? 1 : 0) } } }
 
     /// Whether the sync set has confirmed every record through `ticket`.
     func isConfirmed(_ ticket: UInt64) -> Bool { lock.withLock { ticket <= confirmed } }
