@@ -67,6 +67,16 @@ public struct ServeOptions: Equatable, Sendable {
     public var minSyncReplicas = 0
     /// Seconds a mutation waits for them before `replicationTimeout` (`sync_timeout`).
     public var syncTimeout: Double = 5
+    /// `etcd:HOST:PORT[,HOST:PORT…]`: elect the leader through etcd (`coordinator`; nil: by hand).
+    public var coordinator: String?
+    /// The members' shared name in the coordinator (`cluster`).
+    public var cluster = "rpcd"
+    /// `HOST:PORT` the other members and clients reach this one at (`advertise`; nil: the first listen address).
+    public var advertise: String?
+    /// Seconds a member's lease in the coordinator lasts unrenewed (`leader_ttl`).
+    public var leaderTTL: Double = 5
+    /// With `min_sync_replicas = 0`: records a follower may be behind and still be elected (`max_failover_lag`).
+    public var maxFailoverLag = 10_000
     /// `--config FILE`; nil: `$RPCD_CONFIG`, else `/etc/rpcd/rpcd.conf` if it exists (see `Config`).
     public var configPath: String?
     /// Config keys given as flags: they win over the config file.
@@ -203,6 +213,16 @@ public enum CommandLineParser {
                                    (default 0: asynchronous; \(SettingRanges.describe(count: SettingRanges.minSyncReplicas, zero: "asynchronous")))
           --sync-timeout SECONDS   how long a mutation waits for them before replicationTimeout
                                    (default 5; \(SettingRanges.describe(seconds: SettingRanges.syncTimeout, zero: nil)))
+          --coordinator etcd:HOST:PORT[,HOST:PORT...]
+                                   elect the leader through etcd's v3 JSON gateway, and follow it
+                                   (default none: a person promotes a follower)
+          --cluster NAME           the members' name in etcd, keys under /rpcd/NAME/ (default rpcd)
+          --advertise HOST:PORT    where the other members and clients reach this one (default: the
+                                   first listen address, as bound)
+          --leader-ttl SECONDS     a member's etcd lease; a leader stops taking writes 2/3 of it after
+                                   its last renewal (default 5; \(SettingRanges.describe(seconds: SettingRanges.leaderTTL, zero: nil)))
+          --max-failover-lag N     with min-sync-replicas 0: records a follower may lag the most advanced
+                                   member and still be elected (default 10000; \(SettingRanges.describe(count: SettingRanges.maxFailoverLag, zero: "only the most advanced")))
           --config FILE            settings file (default $RPCD_CONFIG, else /etc/rpcd/rpcd.conf if present); flags win
           Sizes take a KiB, MiB, GiB or TiB suffix, durations us, ms, s, m or h; the config file takes the same
           ranges. A value out of range is a usage error (exit 2).
@@ -316,9 +336,9 @@ public enum CommandLineParser {
                     throw UsageError("\(flag) needs a PATH; see rpcd --help")
                 }
                 if let problem = TLSSettings.apply(key, text, to: &options) { throw UsageError("\(flag) '\(text)' \(problem.reason)") }
-            case "--min-sync-replicas", "--sync-timeout":
+            case "--min-sync-replicas", "--sync-timeout", "--coordinator", "--cluster", "--advertise", "--leader-ttl", "--max-failover-lag":
                 let text = try value()
-                if let problem = SyncSettings.apply(SyncSettings.flags[flag] ?? "", text, to: &options) { throw UsageError("\(flag) '\(text)' \(problem.reason)") }
+                if let problem = ReplicationSettings.apply(ReplicationSettings.flags[flag] ?? "", text, to: &options) { throw UsageError("\(flag) '\(text)' \(problem.reason)") }
             default:
                 throw UsageError("unknown option '\(argument)' for serve; see rpcd --help")
             }
@@ -338,7 +358,7 @@ public enum CommandLineParser {
         "--max-input-bytes": "max_input_bytes", "--compact-after-bytes": "compact_after_bytes",
         "--idempotency-keys": "idempotency_keys", "--idempotency-window": "idempotency_window",
     ].merging(AccessSettings.flags) { first, _ in first }.merging(TLSSettings.flags) { first, _ in first }
-        .merging(SyncSettings.flags) { first, _ in first }
+        .merging(ReplicationSettings.flags) { first, _ in first }
 
     /// `text` parsed and range-checked by `parse`, or a usage error naming the flag, the value and the range.
     static func checked<T>(

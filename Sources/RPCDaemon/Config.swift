@@ -13,7 +13,7 @@ public enum Config {
     public static let keys = [
         "listen", "data_dir", "fsync", "group_commit_delay", "compact_after_bytes", "max_frame_bytes", "max_output_bytes", "max_input_bytes",
         "max_connections", "idle_timeout", "line_timeout", "auth_timeout", "max_unauthenticated", "event_loops", "busy_poll", "idempotency_keys", "idempotency_window", "log_level",
-    ] + AccessSettings.keys + TLSSettings.keys + SyncSettings.keys
+    ] + AccessSettings.keys + TLSSettings.keys + ReplicationSettings.keys
     /// Keys that may appear more than once (each adds a value).
     static let repeatable: Set<String> = ["listen"]
 
@@ -169,8 +169,8 @@ public enum Config {
         case "log_level":
             guard let level = LogLevel(name: value) else { return "log_level \"\(value)\" is not one of debug, info, warning, error" }
             options.logLevel = level
-        case _ where SyncSettings.keys.contains(key):
-            if let problem = SyncSettings.apply(key, value, to: &options) { return "\(key) \"\(value)\" \(problem.reason)" }
+        case _ where ReplicationSettings.keys.contains(key):
+            if let problem = ReplicationSettings.apply(key, value, to: &options) { return "\(key) \"\(value)\" \(problem.reason)" }
         case _ where TLSSettings.keys.contains(key):
             if let problem = TLSSettings.apply(key, value, to: &options) { return "\(key) \"\(value)\" \(problem.reason)" }
         default:
@@ -203,7 +203,7 @@ public enum Config {
             case "log_level": options.logLevel = flags.logLevel
             default:
                 if !AccessSettings.merge(key, from: flags, into: &options) && !TLSSettings.merge(key, from: flags, into: &options) {
-                    _ = SyncSettings.merge(key, from: flags, into: &options)
+                    _ = ReplicationSettings.merge(key, from: flags, into: &options)
                 }
             }
         }
@@ -233,7 +233,7 @@ public enum Config {
         lines.append("log_level = \(options.logLevel)")
         lines += AccessSettings.render(options)
         lines += TLSSettings.render(options)
-        lines += SyncSettings.render(options)
+        lines += ReplicationSettings.render(options)
         return lines.joined(separator: "\n") + "\n"
     }
 

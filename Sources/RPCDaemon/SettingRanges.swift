@@ -30,6 +30,10 @@ enum SettingRanges {
     static let minSyncReplicas = 0...127
     /// Seconds a mutation waits for them.
     static let syncTimeout = 0.01...3600.0
+    /// Seconds a member's coordinator lease lasts.
+    static let leaderTTL = 2.0...60.0
+    /// Records a follower may lag and still be elected.
+    static let maxFailoverLag = 0...1_000_000_000
     /// Seconds `rpcd call` waits for the connection and the reply together.
     static let callTimeout = 0.001...(30 * 86_400.0)
 

@@ -174,6 +174,9 @@ public struct ReplicationStats: Codable, Hashable, Sendable {
     /// A follower's view further up: where the chain above its leader is broken (a daemon that
     /// lost its own leader), absent while every link is connected.
     public var chain: String?
+    /// With a coordinator (etcd): what this member does there, e.g. `leader of cluster c, term 3`
+    /// or `etcd unreachable (…); serving reads only` (absent without one).
+    public var coordinator: String?
     /// Connections subscribed to this daemon's feed (followers, or anyone).
     public var subscribers: [SubscriberStats]
     public init(

@@ -49,6 +49,14 @@ extension Daemon {
             LogSink.stderr.write("rpcd: \(error)\n")
             return 2
         }
+        var etcdEndpoints: [(text: String, address: SocketAddress)]?
+        if let coordinator = options.coordinator {
+            guard options.follow == nil else {
+                LogSink.stderr.write("rpcd: coordinator and follow are both set; with a coordinator the members elect and follow their leader themselves, so remove follow\n")
+                return 2
+            }
+            etcdEndpoints = EtcdClient.parse(coordinator)
+        }
         if let follow = options.follow, let leader = TLSSettings.parseListen(follow)?.address, addresses.contains(where: { $0.mayBe(leader) }) {
             LogSink.stderr.write("rpcd: follow \(follow) is this daemon's own listen address, and a daemon cannot follow itself; point follow at the leader's address\n")
             return 2
@@ -99,17 +107,32 @@ extension Daemon {
         journal.attach(feed)
         context.attach(feed)
         // Synchronous replication binds a leader; a follower keeps the setting for when it is promoted.
+        // With a coordinator every member has one, active only while it is the leader.
         let syncGate = options.minSyncReplicas > 0 && options.follow == nil
-            ? SyncGate(required: options.minSyncReplicas, timeout: options.syncTimeout, confirmed: journal.sequences.durable, log: log) : nil
+            ? SyncGate(
+                required: options.minSyncReplicas, timeout: options.syncTimeout, confirmed: journal.sequences.durable,
+                active: etcdEndpoints == nil, log: log) : nil
         journal.syncGate = syncGate
         feed.syncGate = syncGate
         context.history = { dispatcher.withState { $0.terms.marks } }
-        guard Self.startTermIfPromoted(options, dispatcher: dispatcher, journal: journal, log: log) else { return 1 }
-        let follower = options.follow.map {
+        guard etcdEndpoints != nil || Self.startTermIfPromoted(options, dispatcher: dispatcher, journal: journal, log: log) else { return 1 }
+        let credentials = followCredentials
+        let makeFollower: @Sendable (String) -> Follower = { leader in
             Follower(
-                leader: $0, credentials: followCredentials, tls: TLSSettings.followerOptions(options), dispatcher: dispatcher, journal: journal,
+                leader: leader, credentials: credentials, tls: TLSSettings.followerOptions(options), dispatcher: dispatcher, journal: journal,
                 log: log, configureKeys: configureKeys)
         }
+        let followers = FollowerSlot()
+        followers.replace(with: options.follow.map(makeFollower))
+        let coordinator = etcdEndpoints.map { endpoints in
+            Coordinator(
+                settings: Coordinator.Settings(
+                    cluster: options.cluster, advertise: options.advertise ?? "", leaderTTL: options.leaderTTL, maxFailoverLag: options.maxFailoverLag,
+                    minSyncReplicas: options.minSyncReplicas),
+                etcd: EtcdClient(endpoints: endpoints, timeout: max(0.2, options.leaderTTL / 4)), dispatcher: dispatcher, journal: journal,
+                fence: LeaseFence(leaderTTL: options.leaderTTL), syncGate: syncGate, slot: followers, log: log, makeFollower: makeFollower)
+        }
+        journal.fence = coordinator?.fence
 
         // Listeners. A verified client certificate may name a principal of the auth file.
         var certificatePrincipal: (@Sendable ([String]) -> (name: String, role: RPCRole)?)?
@@ -127,7 +150,11 @@ extension Daemon {
                 access: policy.connectionAccess, journalStats: { journal.stats() }, feed: feed, busyPoll: options.busyPoll,
                 certificatePrincipal: certificatePrincipal)
             server.replicationStats = {
-                var stats = follower?.stats ?? ReplicationStats(role: "leader", sequence: Int(clamping: feed.sequences.durable))
+                var stats = followers.follower?.stats ?? ReplicationStats(role: "leader", sequence: Int(clamping: feed.sequences.durable))
+                if let coordinator {
+                    stats.coordinator = coordinator.summary
+                    if stats.role == "leader" { stats.role = coordinator.roleName }
+                }
                 stats.term = dispatcher.withState { $0.terms.current.map { Int(clamping: $0.term) } }
                 if let syncGate {
                     stats.minSyncReplicas = syncGate.required
@@ -138,7 +165,7 @@ extension Daemon {
             }
             context.attach(server)
             context.position = {
-                if let follower { return follower.position }
+                if let follower = followers.follower { return follower.position }
                 let durable = Int(clamping: feed.sequences.durable)
                 return PositionResult(role: "leader", sequence: durable, newestSequence: durable)
             }
@@ -180,8 +207,9 @@ extension Daemon {
                 + "data dir \(options.dataDir), max_connections \(options.maxConnections), idle_timeout \(ConfigValue.render(seconds: options.idleTimeout)) s, "
                 + "\(loopCount) event loop\(loopCount == 1 ? "" : "s"); "
                 + "up to \(fileLimit) open files; SIGTERM or SIGINT stops it, SIGHUP reloads what can be reloaded")
-        follower?.start()
-        systemd.ready(follower.map { "serving reads; \($0.summary)" } ?? "serving")
+        coordinator?.start(advertise: options.advertise ?? server.boundAddresses.first.map { "\($0)" } ?? options.listen[0])
+        followers.follower?.start()
+        systemd.ready(followers.follower.map { "serving reads; \($0.summary)" } ?? (coordinator != nil ? "serving; waiting for etcd to name a leader" : "serving"))
         systemd.startHeartbeat(server)
 
         // SIGHUP: reload; SIGTERM, SIGINT: shutdown, in reverse order of the start.
@@ -203,7 +231,8 @@ extension Daemon {
         signals.onSignal { signal in
             if signal == SIGHUP { return reload.reload(log: log) }
             systemd.stopping()
-            follower?.shutdown()
+            coordinator?.stop()
+            followers.follower?.shutdown()
             log.info("received \(signal == SIGTERM ? "SIGTERM" : "SIGINT"); stopping: answering what was received, then exiting")
             server.stop(grace: .seconds(3)) {
                 journal.close {

@@ -49,6 +49,8 @@ final class Journal: MutationLog, @unchecked Sendable {
     var feed: ReplicationFeed?
     /// With `min_sync_replicas`: what must confirm a mutation besides the fsync; set before serving (leaders only).
     var syncGate: SyncGate?
+    /// With a coordinator: the leader's lease, checked before a mutation and before its reply; set before serving.
+    var fence: LeaseFence?
 
     // Writer queue only.
     /// Batches written since the start (`cutSpacesWhenIdle` tells a pause from a load).
@@ -112,12 +114,12 @@ final class Journal: MutationLog, @unchecked Sendable {
 
     func refusal(records count: Int) -> String? {
         if let reason = lock.withLock({ commit.refusal(records: count) }) { return reason }
-        return syncGate?.refusal()?.errorMessage
+        return (fence?.refusal() ?? syncGate?.refusal())?.errorMessage
     }
 
     func refusalError() -> RPCError? {
         if let reason = refusal() { return .internal("mutations are refused: \(reason)") }
-        return syncGate?.refusal()
+        return fence?.refusal() ?? syncGate?.refusal()
     }
 
     var fencesReads: Bool { syncGate != nil }
@@ -131,10 +133,16 @@ final class Journal: MutationLog, @unchecked Sendable {
 
     /// Durable here, then confirmed by the sync set when there is one.
     func whenConfirmed(_ ticket: UInt64, _ done: @escaping @Sendable (RPCError?) -> Void) {
+        let fence = self.fence
+        let checked: @Sendable (RPCError?) -> Void = { error in
+            // A leader stopped past its lease's deadline acknowledges nothing when it wakes.
+            if error == nil, let fence, !fence.isValid { return done(LeaseFence.lateError) }
+            done(error)
+        }
         whenDurable(ticket) { [syncGate] failure in
-            if let failure { return done(Self.notSaved(failure)) }
-            guard let syncGate else { return done(nil) }
-            syncGate.wait(ticket, done)
+            if let failure { return checked(Self.notSaved(failure)) }
+            guard let syncGate else { return checked(nil) }
+            syncGate.wait(ticket, checked)
         }
     }
 
@@ -178,6 +186,20 @@ final class Journal: MutationLog, @unchecked Sendable {
     /// The last durable sequence number and the one the snapshot covers (0: none).
     var sequences: (durable: UInt64, snapshot: UInt64) {
         lock.withLock { (commit.ackedSeq, snapshotSequence) }
+    }
+
+    /// Waits until `ticket` (nil: the last record written) is durable: nil, or why it cannot be.
+    /// Blocks the caller: for the coordinator's queue, never an event loop's.
+    func waitDurable(_ ticket: UInt64?) -> String? {
+        let ticket = ticket ?? lock.withLock { commit.lastSeq }
+        let done = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var failure: String?
+        whenDurable(ticket) { why in
+            failure = why
+            done.signal()
+        }
+        done.wait()
+        return failure
     }
 
     func whenDurable(_ ticket: UInt64, _ done: @escaping @Sendable (String?) -> Void) {

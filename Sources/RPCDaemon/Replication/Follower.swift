@@ -609,6 +609,9 @@ final class Follower: @unchecked Sendable {
         client?.close()
     }
 
+    /// Waits until a pass of applying records that had begun is over (after `shutdown`).
+    func waitIdle() { queue.sync {} }
+
     /// Stops following for good (this daemon keeps serving reads), with a logged reason.
     private func stop(_ reason: String) {
         // Once: records still on their way after the cause would each blame a gap in its wake.

@@ -20,6 +20,8 @@ final class SyncGate: @unchecked Sendable {
     private var members: [ObjectIdentifier: Member] = [:]
     private var waiters: [Waiter] = []
     private var confirmed: UInt64 = 0
+    /// A member that is not the leader (a coordinator's follower or candidate) confirms everything.
+    private var active = true
 
     private struct Member {
         var peer: String
@@ -37,11 +39,33 @@ final class SyncGate: @unchecked Sendable {
 
     /// `confirmed`: the last durable record at the start; what was journaled before a restart
     /// counts as confirmed (it was acknowledged, or timed out, under the last run).
-    init(required: Int, timeout: Double, confirmed: UInt64, log: Logger) {
+    init(required: Int, timeout: Double, confirmed: UInt64, active: Bool = true, log: Logger) {
         self.required = required
         self.timeout = timeout
         self.confirmed = confirmed
+        self.active = active
         self.log = log
+    }
+
+    /// This member became the leader; what is journaled through `confirmed` counts as confirmed.
+    func activate(confirmed: UInt64) {
+        lock.withLock {
+            self.confirmed = max(self.confirmed, confirmed)
+            active = true
+        }
+        settle()
+    }
+
+    /// This member is no longer the leader: what still waits is failed (a new leader may not have it).
+    func deactivate(because why: String) {
+        let waiting: [Waiter] = lock.withLock {
+            active = false
+            defer { waiters = [] }
+            return waiters
+        }
+        let error = RPCError.replicationTimeout(
+            "\(why) before its followers confirmed this change, which is journaled here; retry with the same idempotency key on the current leader: it returns the change's outcome and never applies it twice")
+        for waiter in waiting { waiter.done(error) }
     }
 
     /// A follower subscribed; it is in sync once it acknowledged `durable`.
@@ -78,13 +102,14 @@ final class SyncGate: @unchecked Sendable {
     var inSyncCount: Int { lock.withLock { members.values.reduce(0) { $0 + ($1.inSync ? 1 : 0) } } }
 
     /// Whether the sync set has confirmed every record through `ticket`.
-    func isConfirmed(_ ticket: UInt64) -> Bool { lock.withLock { ticket <= confirmed } }
+    func isConfirmed(_ ticket: UInt64) -> Bool { lock.withLock { !active || ticket <= confirmed } }
 
     /// Whether `id` is in the sync set (for `system.stats`).
     func isInSync(_ id: ObjectIdentifier) -> Bool { lock.withLock { members[id]?.inSync ?? false } }
 
     /// The refusal a mutation gets while fewer than `required` followers are in sync.
     func refusal() -> RPCError? {
+        guard lock.withLock({ active }) else { return nil }
         let count = inSyncCount
         guard count < required else { return nil }
         return .notEnoughReplicas(
@@ -95,7 +120,7 @@ final class SyncGate: @unchecked Sendable {
     /// `replicationTimeout` after `timeout` seconds.
     func wait(_ ticket: UInt64, _ done: @escaping @Sendable (RPCError?) -> Void) {
         let now = lock.withLock { () -> Bool in
-            if ticket <= confirmed { return true }
+            if !active || ticket <= confirmed { return true }
             waiters.append(Waiter(ticket: ticket, deadline: .now() + timeout, done: done))
             return false
         }

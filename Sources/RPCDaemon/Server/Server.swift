@@ -165,6 +165,9 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         }
     }
 
+    /// The addresses listened on, as bound (port 0 resolved), in order.
+    var boundAddresses: [SocketAddress] { lock.withLock { listeners.map(\.address) } }
+
     /// Serves on sockets that are already listening (socket activation). Logs `listening on HOST:PORT` for each.
     /// A socket bound where a `tls:` listen address points (`tlsFor` says) speaks TLS.
     func listen(inherited fds: [Int32], tlsFor: (SocketAddress) -> TLSContextHolder? = { _ in nil }) throws(Errno) {

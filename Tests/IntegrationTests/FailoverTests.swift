@@ -1,0 +1,170 @@
+import Foundation
+import TestSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `coordinator = etcd:…` (issue 53): three members and a real etcd elect a leader, fail over
+/// when it dies or stops, fence the old one, and the old one follows the new leader when it
+/// comes back. Leases of 2 s keep each failover short.
+@Suite("failover on etcd: election, kill -9 and SIGSTOP of the leader, fencing, the old leader follows", .serialized, .enabled(if: EtcdProcess.shouldRun))
+struct FailoverTests {
+    static func member(_ etcd: EtcdProcess, _ dir: URL, listen: String = "127.0.0.1:0", _ extra: [String] = []) throws -> DaemonProcess {
+        try DaemonProcess(
+            listen: [listen],
+            extraArguments: ["--coordinator", etcd.coordinator, "--cluster", "t", "--leader-ttl", "2"] + extra, dataDir: dir)
+    }
+
+    static func role(_ daemon: DaemonProcess) -> String? { (try? Replicas.replication(daemon))?["role"] as? String }
+
+    /// The one member that says it is the leader, once the others follow it.
+    static func settledLeader(_ members: [DaemonProcess], timeout: Double = 20) throws -> DaemonProcess {
+        var leader: DaemonProcess?
+        let settled = eventually(timeout: TestPace.seconds(timeout), every: 0.1) {
+            let roles = members.map(Self.role)
+            guard roles.filter({ $0 == "leader" }).count == 1, roles.filter({ $0 == "follower" }).count == members.count - 1 else { return false }
+            leader = members[roles.firstIndex(of: "leader")!]
+            return members.allSatisfy { member in
+                member === leader || (try? Replicas.replication(member))?["leader"] as? String == Replicas.address(leader!)
+            }
+        }
+        guard settled, let leader else {
+            throw HarnessError("no settled leader: roles \(members.map(Self.role)); \(members.map { $0.stderrTail(1500) }.joined(separator: "\n---\n"))")
+        }
+        return leader
+    }
+
+    static func keyedCreate(_ n: Int) -> String {
+        #"{"id":"\#(n)","method":"user.createUser","param":{"id":"w\#(n)","name":"N","email":"n@example.com"},"key":"k\#(n)"}"#
+    }
+
+    /// Sends create `n` to each member in turn until one acknowledges it (or `timeout` passes).
+    static func write(_ n: Int, to members: [DaemonProcess], timeout: Double) -> DaemonProcess? {
+        let watch = Stopwatch()
+        while watch.seconds < timeout {
+            for member in members {
+                guard let client = try? LineClient(port: member.port, timeout: 5), let reply = try? client.request(Self.keyedCreate(n)) else { continue }
+                if reply.contains("createUserResult") { return member }
+            }
+            usleep(50_000)
+        }
+        return nil
+    }
+
+    static func has(_ daemon: DaemonProcess, _ n: Int) -> Bool {
+        guard let client = try? LineClient(port: daemon.port), let reply = try? client.request(Wire.getUser("g", "w\(n)")) else { return false }
+        return reply.contains("getUserResult")
+    }
+
+    @Test("three members elect one leader; kill -9 it under keyed writes: another takes over, has every acknowledged write, and the old one restarted follows it")
+    func killTheLeader() throws {
+        let etcd = try EtcdProcess()
+        defer { etcd.stop() }
+        let dirs = (0..<3).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        var members = try dirs.map { try Self.member(etcd, $0, ["--min-sync-replicas", "1"]) }
+        defer { members.forEach { $0.stop() } }
+        let leader = try Self.settledLeader(members)
+        #expect(try eventually(timeout: 10) { (try Replicas.replication(leader))["inSyncReplicas"] as? Int ?? 0 >= 1 })
+        let followerReply = try LineClient(port: members.first { $0 !== leader }!.port).request(Self.keyedCreate(0))
+        #expect(followerReply.contains("readOnly"), "a follower takes no writes: \(followerReply)")
+
+        var acknowledged: [Int] = []
+        for n in 1...100 where Self.write(n, to: [leader], timeout: 5) != nil { acknowledged.append(n) }
+        #expect(acknowledged.count == 100)
+        let oldPort = leader.port
+        let oldDir = leader.dataDir
+        leader.kill()
+        let watch = Stopwatch()
+        let survivors = members.filter { $0 !== leader }
+        guard let newLeader = Self.write(101, to: survivors, timeout: TestPace.seconds(30)) else {
+            Issue.record("no member took a write within 30 s of the leader's death: \(survivors.map { $0.stderrTail(2000) }.joined(separator: "\n---\n"))")
+            return
+        }
+        acknowledged.append(101)
+        print("failover: the first write acknowledged by the new leader \(String(format: "%.2f", watch.seconds)) s after kill -9 (leader_ttl 2 s)")
+        let missing = acknowledged.filter { !Self.has(newLeader, $0) }
+        #expect(missing.isEmpty, "acknowledged writes missing on the new leader: \(missing)")
+        #expect(newLeader.stderrTail().contains("elected leader of cluster t: term 2"), "\(newLeader.stderrTail())")
+
+        // The old leader, restarted on its data and address, follows the new one.
+        let restarted = try Self.member(etcd, oldDir, listen: "127.0.0.1:\(oldPort)", ["--min-sync-replicas", "1"])
+        members = survivors + [restarted]
+        #expect(try Self.settledLeader(members) === newLeader)
+        try Replicas.waitForConvergence(leader: newLeader, followers: members.filter { $0 !== newLeader })
+        #expect(acknowledged.allSatisfy { Self.has(restarted, $0) })
+    }
+
+    @Test("SIGSTOP the leader past its lease: another is elected; resumed, the old leader acknowledges nothing it was sent and follows the new leader")
+    func stopTheLeader() throws {
+        let etcd = try EtcdProcess()
+        defer { etcd.stop() }
+        let dirs = (0..<3).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let members = try dirs.map { try Self.member(etcd, $0) }
+        defer {
+            members.forEach { $0.signal(SIGCONT) }
+            members.forEach { $0.stop() }
+        }
+        let leader = try Self.settledLeader(members)
+        #expect(Self.write(1, to: [leader], timeout: 5) != nil)
+        let client = try LineClient(port: leader.port, timeout: 30)
+        leader.signal(SIGSTOP)
+        // Sent while it is stopped; it reads them only once resumed, after its lease is gone.
+        try client.send(Self.keyedCreate(2) + "\n")
+        let survivors = members.filter { $0 !== leader }
+        let newLeader = try Self.settledLeader(survivors + [], timeout: 30)
+        #expect(Self.write(3, to: [newLeader], timeout: 10) != nil)
+        leader.signal(SIGCONT)
+        let reply = try client.expectLine()
+        #expect(!reply.contains("createUserResult"), "a leader resumed past its lease acknowledged a write: \(reply)")
+        #expect(reply.contains("readOnly") || reply.contains("replicationTimeout"), "\(reply)")
+        #expect(try Self.settledLeader(members) === newLeader)
+        try Replicas.waitForConvergence(leader: newLeader, followers: members.filter { $0 !== newLeader })
+        #expect(Self.has(leader, 3))
+    }
+
+    @Test("etcd out of reach: the leader takes no writes once 2/3 of leader_ttl pass without a renewal, and says why; etcd back, a leader takes writes again")
+    func fencedWithoutEtcd() throws {
+        let etcd = try EtcdProcess()
+        defer {
+            etcd.signal(SIGCONT)
+            etcd.stop()
+        }
+        let dirs = (0..<2).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let members = try dirs.map { try Self.member(etcd, $0) }
+        defer { members.forEach { $0.stop() } }
+        let leader = try Self.settledLeader(members)
+        #expect(Self.write(1, to: [leader], timeout: 5) != nil)
+        etcd.signal(SIGSTOP)
+        usleep(1_600_000)  // past 2/3 of the 2 s lease (the fence), short of the lease itself
+        let reply = try LineClient(port: leader.port).request(Self.keyedCreate(2))
+        #expect(reply.contains("readOnly") && reply.contains("has not renewed its etcd lease"), "\(reply)")
+        #expect(try eventually(timeout: 10) { ((try Replicas.replication(leader))["coordinator"] as? String ?? "").contains("etcd unreachable") })
+        #expect(Self.has(leader, 1), "reads go on")
+        etcd.signal(SIGCONT)
+        #expect(Self.write(2, to: members, timeout: TestPace.seconds(30)) != nil, "\(members.map { $0.stderrTail(1500) })")
+    }
+
+    @Test("coordinator settings: a bad etcd address is a usage error, coordinator with follow fails the start, check-config shows them")
+    func settings() throws {
+        let rpcd = try Binaries.rpcd()
+        let bad = try runProcess(rpcd, ["serve", "--coordinator", "etcd:nowhere"])
+        #expect(bad.status == 2 && bad.stderr.contains("--coordinator 'etcd:nowhere' is not etcd:HOST:PORT"), "\(bad)")
+        let ttl = try runProcess(rpcd, ["serve", "--leader-ttl", "1"])
+        #expect(ttl.status == 2 && ttl.stderr.contains("--leader-ttl '1'"), "\(ttl)")
+        let dir = JournalSupport.makeDataDir()
+        defer { JournalSupport.remove(dir) }
+        let both = try runProcess(rpcd, ["serve", "--listen", "127.0.0.1:0", "--data-dir", dir.path, "--coordinator", "etcd:127.0.0.1:1", "--follow", "127.0.0.1:2"])
+        #expect(both.status == 2 && both.stderr.contains("coordinator and follow are both set"), "\(both)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let conf = dir.appendingPathComponent("rpcd.conf").path
+        try "coordinator = etcd:127.0.0.1:2379, 127.0.0.1:2380\ncluster = c1\nleader_ttl = 3\n".write(toFile: conf, atomically: true, encoding: .utf8)
+        let shown = try runProcess(rpcd, ["check-config", conf])
+        #expect(shown.status == 0 && shown.stdout.contains("coordinator = etcd:127.0.0.1:2379, 127.0.0.1:2380\ncluster = c1\n"), "\(shown)")
+        #expect(shown.stdout.contains("leader_ttl = 3\n"), "\(shown)")
+    }
+}
