@@ -77,15 +77,17 @@ final class ServiceManager: @unchecked Sendable {
             : ", \(replication.subscribers.count) subscriber\(replication.subscribers.count == 1 ? "" : "s") (max lag \(replication.subscribers.map(\.lagRecords).max() ?? 0))"
         var term = replication.term.map { ", term \($0)" } ?? ""
         if let required = replication.minSyncReplicas { term += ", \(replication.inSyncReplicas ?? 0) in sync (\(required) needed)" }
+        let coordinator = replication.coordinator.map { "; etcd: \(oneLine($0, max: 120))" } ?? ""
+        if replication.role == "candidate" { return " reads as candidate, seq \(replication.sequence)\(term)\(coordinator)" }
         guard replication.role == "follower", let leader = replication.leader else {
-            return " as leader, seq \(replication.sequence)\(term)\(subscribers)"
+            return " as leader, seq \(replication.sequence)\(term)\(subscribers)\(coordinator)"
         }
         let state = replication.connected == true
             ? ""
             : " (\(replication.state ?? "disconnected")\(replication.reason.map { ": \(oneLine($0, max: 120))" } ?? ""))"
         let lag = replication.lagRecords.map { ", lag \($0)" } ?? ""
         let chain = replication.chain.map { "; upstream: \(oneLine($0, max: 160))" } ?? ""
-        return " reads as follower of \(leader)\(state), seq \(replication.sequence)\(lag)\(term)\(subscribers)\(chain)"
+        return " reads as follower of \(leader)\(state), seq \(replication.sequence)\(lag)\(term)\(subscribers)\(chain)\(coordinator)"
     }
 
     /// A reason fit for the one-line STATUS=: no newlines, at most `max` characters.

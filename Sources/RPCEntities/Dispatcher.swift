@@ -32,6 +32,9 @@ public protocol MutationLog: AnyObject, Sendable {
     func readFence() -> UInt64?
     /// Whether reads may have to wait at all (`readFence` is asked only then).
     var fencesReads: Bool { get }
+    /// Why a read may be stale here now, as the error a connection that did not allow stale reads
+    /// gets (nil: reads are answered).
+    func readRefusal() -> RPCError?
 }
 
 extension MutationLog {
@@ -41,6 +44,7 @@ extension MutationLog {
     /// A log whose reads need not wait.
     public func readFence() -> UInt64? { nil }
     public var fencesReads: Bool { false }
+    public func readRefusal() -> RPCError? { nil }
     /// A log whose records are confirmed once durable.
     public func whenConfirmed(_ ticket: UInt64, _ done: @escaping @Sendable (RPCError?) -> Void) {
         whenDurable(ticket) { failure in done(failure.map(Self.notSaved)) }
@@ -284,6 +288,10 @@ public final class Dispatcher: @unchecked Sendable {
             return .served(Served(disposition: .reply, failed: true, known: true))
         }
         if entry.service != nil { return .service }
+        if !entry.isMutation && !session.staleReads, let refusal = log?.readRefusal() {
+            RequestCodec.encodeError(id: request.id, refusal, form: form, into: &out)
+            return .served(Served(disposition: .reply, failed: true, known: true))
+        }
         var param = request.param
         var prepared = plainParam.flatMap { entry.preparePlain?($0) }
         let journaled = entry.isMutation && log != nil

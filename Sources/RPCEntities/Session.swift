@@ -20,6 +20,8 @@ public struct Session: Sendable {
     public var authFailures = 0
     /// Set by a handler: close the connection once the reply is sent (e.g. too many failed logins).
     public var closeAfterReply = false
+    /// Set by `system.staleReads`: reads are answered even where they may be stale.
+    public var staleReads = false
     /// Set by `replication.subscribe`: after its reply, the connection gets the change feed.
     public var feed: FeedStart?
 

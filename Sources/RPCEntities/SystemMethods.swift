@@ -29,6 +29,10 @@ package enum SystemMethods {
                     ? "\(why); check the token file (\(left) more tr\(left == 1 ? "y" : "ies") on this connection)"
                     : "\(why); too many failures, closing the connection"))
         }
+        table.service(SystemStaleReads.self, access: .read) { p, session, _ in
+            session.staleReads = p.allow
+            return .now(StaleReadsResult(allow: p.allow))
+        }
         table.service(SystemDescribe.self, access: .read) { _, _, context in
             .now(describe(Entities.table, version: context.version))
         }

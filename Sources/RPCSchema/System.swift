@@ -234,6 +234,21 @@ public struct JournalStats: Codable, Hashable, Sendable {
     }
 }
 
+/// `system.staleReads {allow}` -> `{allow}`: whether this connection takes reads that may be stale.
+/// With a coordinator, a member that is not the leader holding its lease answers reads only on
+/// connections that allow it (a follower's data lags its leader's); elsewhere it changes nothing.
+public struct SystemStaleReads: RPCCall, Hashable {
+    public typealias Reply = StaleReadsResult
+    public static let method = RPCMethod("system", "staleReads")
+    public var allow: Bool
+    public init(allow: Bool) { self.allow = allow }
+}
+
+public struct StaleReadsResult: Codable, Hashable, Sendable {
+    public var allow: Bool
+    public init(allow: Bool) { self.allow = allow }
+}
+
 /// `system.auth {name, token}` -> the role granted to this connection. Open to anyone; a few
 /// failures close the connection.
 public struct SystemAuth: RPCCall, Hashable {

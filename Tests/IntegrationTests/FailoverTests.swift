@@ -11,10 +11,13 @@ import Glibc
 /// comes back. Leases of 2 s keep each failover short.
 @Suite("failover on etcd: election, kill -9 and SIGSTOP of the leader, fencing, the old leader follows", .serialized, .enabled(if: EtcdProcess.shouldRun))
 struct FailoverTests {
-    static func member(_ etcd: EtcdProcess, _ dir: URL, listen: String = "127.0.0.1:0", _ extra: [String] = []) throws -> DaemonProcess {
+    static func member(
+        _ etcd: EtcdProcess, _ dir: URL, listen: String = "127.0.0.1:0", _ extra: [String] = [], environment: [String: String] = [:]
+    ) throws -> DaemonProcess {
         try DaemonProcess(
             listen: [listen],
-            extraArguments: ["--coordinator", etcd.coordinator, "--cluster", "t", "--leader-ttl", "2"] + extra, dataDir: dir)
+            extraArguments: ["--coordinator", etcd.coordinator, "--cluster", "t", "--leader-ttl", "2"] + extra, dataDir: dir,
+            environment: environment)
     }
 
     static func role(_ daemon: DaemonProcess) -> String? { (try? Replicas.replication(daemon))?["role"] as? String }
@@ -53,8 +56,12 @@ struct FailoverTests {
         return nil
     }
 
+    /// Whether `daemon` has write `n`, read on a connection that allows stale reads (a member
+    /// that is not the leader answers no other).
     static func has(_ daemon: DaemonProcess, _ n: Int) -> Bool {
-        guard let client = try? LineClient(port: daemon.port), let reply = try? client.request(Wire.getUser("g", "w\(n)")) else { return false }
+        guard let client = try? LineClient(port: daemon.port), (try? client.request(#"{"id":"s","method":"system.staleReads","param":{"allow":true}}"#)) != nil,
+            let reply = try? client.request(Wire.getUser("g", "w\(n)"))
+        else { return false }
         return reply.contains("getUserResult")
     }
 
@@ -68,8 +75,15 @@ struct FailoverTests {
         defer { members.forEach { $0.stop() } }
         let leader = try Self.settledLeader(members)
         #expect(try eventually(timeout: 10) { (try Replicas.replication(leader))["inSyncReplicas"] as? Int ?? 0 >= 1 })
-        let followerReply = try LineClient(port: members.first { $0 !== leader }!.port).request(Self.keyedCreate(0))
+        let follower = try LineClient(port: members.first { $0 !== leader }!.port)
+        let followerReply = try follower.request(Self.keyedCreate(0))
         #expect(followerReply.contains("readOnly"), "a follower takes no writes: \(followerReply)")
+        // Nor reads, unless the connection allows stale ones (its data lags the leader's).
+        let read = try follower.request(Wire.getUser("r", "w0"))
+        #expect(read.contains("readOnly") && read.contains("this member follows the leader at \(Replicas.address(leader))") && read.contains("system.staleReads"), "\(read)")
+        #expect(try follower.request(#"{"id":"s","method":"system.staleReads","param":{"allow":true}}"#).contains(#""allow":true"#))
+        #expect(try follower.request(Wire.getUser("r", "w0")).contains("notFound"))
+        #expect(try LineClient(port: leader.port).request(Wire.getUser("r", "w0")).contains("notFound"), "the leader answers reads")
 
         var acknowledged: [Int] = []
         for n in 1...100 where Self.write(n, to: [leader], timeout: 5) != nil { acknowledged.append(n) }
@@ -135,16 +149,33 @@ struct FailoverTests {
         }
         let dirs = (0..<2).map { _ in JournalSupport.makeDataDir() }
         defer { dirs.forEach(JournalSupport.remove) }
-        let members = try dirs.map { try Self.member(etcd, $0) }
+        let notify = try NotifySocket()
+        let members = try [
+            Self.member(etcd, dirs[0], environment: ["NOTIFY_SOCKET": notify.address, "WATCHDOG_USEC": "400000"]), Self.member(etcd, dirs[1]),
+        ]
         defer { members.forEach { $0.stop() } }
         let leader = try Self.settledLeader(members)
+        let role = members[0] === leader ? "as leader" : "reads as follower of \(Replicas.address(leader))"
+        /// The first STATUS= datagram that contains `text`, within 10 s.
+        func status(containing text: String) -> String? {
+            let watch = Stopwatch()
+            while watch.seconds < 10 {
+                if let hit = notify.waitFor("-", timeout: 0.3).first(where: { $0.contains(text) }) { return hit }
+            }
+            return nil
+        }
+        let serving = status(containing: "STATUS=serving \(role)")
+        #expect(serving?.contains("; etcd: ") == true, "STATUS= names the coordinator's view: \(serving ?? "none")")
         #expect(Self.write(1, to: [leader], timeout: 5) != nil)
         etcd.signal(SIGSTOP)
         usleep(1_600_000)  // past 2/3 of the 2 s lease (the fence), short of the lease itself
         let reply = try LineClient(port: leader.port).request(Self.keyedCreate(2))
         #expect(reply.contains("readOnly") && reply.contains("has not renewed its etcd lease"), "\(reply)")
+        let read = try LineClient(port: leader.port).request(Wire.getUser("g", "w1"))
+        #expect(read.contains("readOnly") && read.contains("may be stale"), "a fenced leader answers reads only where stale ones are allowed: \(read)")
         #expect(try eventually(timeout: 10) { ((try Replicas.replication(leader))["coordinator"] as? String ?? "").contains("etcd unreachable") })
-        #expect(Self.has(leader, 1), "reads go on")
+        #expect(status(containing: "etcd: etcd unreachable") != nil, "STATUS= says etcd is out of reach")
+        #expect(Self.has(leader, 1), "stale-allowed reads go on")
         etcd.signal(SIGCONT)
         #expect(Self.write(2, to: members, timeout: TestPace.seconds(30)) != nil, "\(members.map { $0.stderrTail(1500) })")
     }

@@ -11,7 +11,7 @@ import RPCSchema
         "user.getUser": .read, "user.listUsers": .read,
         "building.addBuilding": .write, "building.updateBuilding": .write, "building.deleteBuilding": .write,
         "building.getBuilding": .read, "building.listBuildings": .read,
-        "system.ping": .open, "system.auth": .open, "system.describe": .read, "system.stats": .admin,
+        "system.ping": .open, "system.auth": .open, "system.describe": .read, "system.staleReads": .read, "system.stats": .admin,
         "replication.subscribe": .replicate,
         "replication.position": .replicate,
     ]

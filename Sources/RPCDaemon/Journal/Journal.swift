@@ -124,6 +124,8 @@ final class Journal: MutationLog, @unchecked Sendable {
 
     var fencesReads: Bool { syncGate != nil }
 
+    func readRefusal() -> RPCError? { fence?.readRefusal() }
+
     /// With a sync set: the last record while the set has not confirmed it (reads wait for it).
     func readFence() -> UInt64? {
         guard let syncGate else { return nil }

@@ -12,6 +12,8 @@ final class LeaseFence: @unchecked Sendable {
     private let lock = NSLock()
     private var holding = false
     private var deadline: UInt64 = 0
+    /// Who leads, for the refusal of a read that may be stale (nil: not known).
+    private var leader: String?
     let validity: UInt64
 
     init(leaderTTL: Double) {
@@ -26,8 +28,13 @@ final class LeaseFence: @unchecked Sendable {
         }
     }
 
-    /// This member is no longer the leader.
-    func release() { lock.withLock { holding = false } }
+    /// This member is no longer the leader; `leader` is, when known.
+    func release(leader: String? = nil) {
+        lock.withLock {
+            holding = false
+            self.leader = leader
+        }
+    }
 
     /// Whether a write may be taken or acknowledged now.
     var isValid: Bool {
@@ -40,6 +47,23 @@ final class LeaseFence: @unchecked Sendable {
         guard !isValid else { return nil }
         return .readOnly(
             "this member has not renewed its etcd lease within 2/3 of leader_ttl, so it takes no writes until it does or another member is elected; retry shortly (system.stats shows the leader)")
+    }
+
+    /// The refusal a read gets on a connection that did not allow stale reads, while this member is
+    /// not the leader holding its lease.
+    func readRefusal() -> RPCError? {
+        guard !isValid else { return nil }
+        let state: (holding: Bool, leader: String?) = lock.withLock { (holding, leader) }
+        let why: String
+        let whereTo: String
+        if let leader = state.leader {
+            why = "this member follows the leader at \(leader)"
+            whereTo = "read from the leader at \(leader)"
+        } else {
+            why = state.holding ? "this member has not renewed its etcd lease within 2/3 of leader_ttl" : "this member is not the leader"
+            whereTo = "read from the leader (system.stats shows it)"
+        }
+        return .readOnly("\(why), so its data may be stale: \(whereTo), or allow stale reads on this connection with system.staleReads {\"allow\":true}")
     }
 
     /// What a mutation whose confirmation came after the deadline gets instead of its success.
@@ -331,6 +355,7 @@ final class Coordinator: @unchecked Sendable {
     }
 
     private func follow(_ leader: String) {
+        fence.release(leader: leader)
         stopFollowing()
         let follower = makeFollower(leader)
         slot.replace(with: follower)
