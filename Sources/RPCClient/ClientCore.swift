@@ -217,6 +217,7 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
     /// which says what to do.
     private func authenticate(on connection: Connection) {
         authFailure = nil
+        defer { if options.allowStaleReads { allowStaleReads(on: connection) } }
         guard case .token(let name, let secret)? = options.credentials else { return }
         authCount += 1
         let id = "rpc.auth.\(authCount)"
@@ -224,6 +225,17 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         let param = JSONValue.object(JSONObject([("name", .string(name)), ("token", .string(secret))]))
         RequestCodec.encode(id: id, method: SystemAuth.method, param: param, form: .canonical, into: &line)
         pending.insert(PendingCall(id: id, method: SystemAuth.method, isAuth: true, complete: { _ in }))
+        hand([id], lines: [line], to: connection)
+    }
+
+    /// Sends `system.staleReads {"allow": true}` (after `system.auth`, which it needs); its answer
+    /// is not a call's (a daemon without the method answers methodNotFound, and serves reads anyway).
+    private func allowStaleReads(on connection: Connection) {
+        authCount += 1
+        let id = "rpc.stale.\(authCount)"
+        var line: [UInt8] = []
+        RequestCodec.encode(id: id, method: SystemStaleReads.method, param: .object(JSONObject([("allow", .bool(true))])), form: .canonical, into: &line)
+        pending.insert(PendingCall(id: id, method: SystemStaleReads.method, complete: { _ in }))
         hand([id], lines: [line], to: connection)
     }
 

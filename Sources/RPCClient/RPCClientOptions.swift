@@ -112,6 +112,9 @@ public struct RPCClientOptions: Sendable {
     /// TLS to the daemon; nil: plain TCP, unless the address is `tls:HOST:PORT` (then the
     /// defaults: the system's trust store, the host as the name).
     public var tls: RPCTLSOptions?
+    /// Reads may be answered by a member that is not the leader holding its lease (a follower of
+    /// a coordinated cluster), whose data may lag: `system.staleReads` is sent on every connection.
+    public var allowStaleReads = false
 
     public init(
         idGenerator: RPCIDGenerator = .sequential(),

@@ -33,6 +33,8 @@ public struct Session: Sendable {
         public var snapshotFirst: Bool
         /// A daemon subscribed (with its term history): a follower that may count as in sync.
         public var replica = false
+        /// A member of a coordinated cluster: its advertised address.
+        public var member: String?
     }
 
     public init(role: RPCRole? = .admin, peer: String = "") {

@@ -90,7 +90,7 @@ package enum SystemMethods {
         if snapshotFirst && p.snapshot != true {
             return .failure(.snapshotRequired("records up to \(snapshot) are only in this daemon's snapshot (its journal starts at \(snapshot + 1)); subscribe with \"snapshot\": true to receive the snapshot first, or from \(snapshot) or later"))
         }
-        session.feed = Session.FeedStart(after: after, snapshotFirst: snapshotFirst, replica: p.terms != nil)
+        session.feed = Session.FeedStart(after: after, snapshotFirst: snapshotFirst, replica: p.terms != nil, member: p.member)
         return .now(result)
     }
 

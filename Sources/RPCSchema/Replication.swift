@@ -19,10 +19,14 @@ public struct ReplicationSubscribe: RPCCall, Hashable {
     /// The subscriber's term history (a daemon's; absent from plain subscribers): the leader checks
     /// that it holds the same history through `fromSequence`, else answers `rewindTo`.
     public var terms: [TermMark]?
-    public init(fromSequence: Int? = nil, snapshot: Bool? = nil, terms: [TermMark]? = nil) {
+    /// A member of a coordinated cluster names itself (its advertised `HOST:PORT`): the name its
+    /// leader publishes in the cluster's sync set.
+    public var member: String?
+    public init(fromSequence: Int? = nil, snapshot: Bool? = nil, terms: [TermMark]? = nil, member: String? = nil) {
         self.fromSequence = fromSequence
         self.snapshot = snapshot
         self.terms = terms
+        self.member = member
     }
 }
 

@@ -111,19 +111,19 @@ extension Daemon {
         let syncGate = options.minSyncReplicas > 0 && options.follow == nil
             ? SyncGate(
                 required: options.minSyncReplicas, timeout: options.syncTimeout, confirmed: journal.sequences.durable,
-                active: etcdEndpoints == nil, log: log) : nil
+                active: etcdEndpoints == nil, coordinated: etcdEndpoints != nil, log: log) : nil
         journal.syncGate = syncGate
         feed.syncGate = syncGate
         context.history = { dispatcher.withState { $0.terms.marks } }
         guard etcdEndpoints != nil || Self.startTermIfPromoted(options, dispatcher: dispatcher, journal: journal, log: log) else { return 1 }
         let credentials = followCredentials
-        let makeFollower: @Sendable (String) -> Follower = { leader in
+        let makeFollower: @Sendable (String, String?) -> Follower = { leader, member in
             Follower(
-                leader: leader, credentials: credentials, tls: TLSSettings.followerOptions(options), dispatcher: dispatcher, journal: journal,
-                log: log, configureKeys: configureKeys)
+                leader: leader, credentials: credentials, tls: TLSSettings.followerOptions(options), member: member, dispatcher: dispatcher,
+                journal: journal, log: log, configureKeys: configureKeys)
         }
         let followers = FollowerSlot()
-        followers.replace(with: options.follow.map(makeFollower))
+        followers.replace(with: options.follow.map { makeFollower($0, nil) })
         let coordinator = etcdEndpoints.map { endpoints in
             Coordinator(
                 settings: Coordinator.Settings(

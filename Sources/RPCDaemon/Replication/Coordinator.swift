@@ -115,7 +115,7 @@ final class Coordinator: @unchecked Sendable {
     let fence: LeaseFence
     private let syncGate: SyncGate?
     private let slot: FollowerSlot
-    private let makeFollower: @Sendable (String) -> Follower
+    private let makeFollower: @Sendable (_ leader: String, _ member: String?) -> Follower
     private let log: Logger
     private let queue = DispatchQueue(label: "rpcd.coordinator")
 
@@ -130,6 +130,8 @@ final class Coordinator: @unchecked Sendable {
     private var lostSince: UInt64?
     private var waitingSince: UInt64?
     private var lastNote = ""
+    /// The sync set last written to etcd in this term (nil: none yet).
+    private var publishedSync: Set<String>?
 
     enum Role: Equatable {
         case waiting
@@ -138,11 +140,13 @@ final class Coordinator: @unchecked Sendable {
     }
 
     var leaderKey: String { "/rpcd/\(settings.cluster)/leader" }
+    /// The leader's sync set; not bound to a lease, so it outlives the leader that wrote it.
+    var syncKey: String { "/rpcd/\(settings.cluster)/sync" }
     var membersPrefix: String { "/rpcd/\(settings.cluster)/members/" }
 
     init(
         settings: Settings, etcd: EtcdClient, dispatcher: Dispatcher, journal: Journal, fence: LeaseFence, syncGate: SyncGate?,
-        slot: FollowerSlot, log: Logger, makeFollower: @escaping @Sendable (String) -> Follower
+        slot: FollowerSlot, log: Logger, makeFollower: @escaping @Sendable (_ leader: String, _ member: String?) -> Follower
     ) {
         self.settings = settings
         self.etcd = etcd
@@ -254,6 +258,7 @@ final class Coordinator: @unchecked Sendable {
         if holderLease == lease {
             if case .leader(let term) = role {
                 fence.renewed(sentAt: sentAt)
+                try publishSyncSet(term: term)
                 setStatus("leader of cluster \(settings.cluster), term \(term)")
             } else {
                 // Written by this run, whose promotion then failed: let another member run.
@@ -284,9 +289,31 @@ final class Coordinator: @unchecked Sendable {
         try etcd.put(membersPrefix + settings.advertise, member.bytes, lease: lease)
     }
 
+    /// With `min_sync_replicas`: writes the followers in sync to the sync key when they changed,
+    /// then lets them confirm (so every member that confirms is one etcd may elect next).
+    private func publishSyncSet(term: UInt64) throws(EtcdError) {
+        guard let syncGate else { return }
+        let names = syncGate.candidates()
+        guard names != publishedSync else { return }
+        try etcd.put(syncKey, SyncRecord(leader: settings.advertise, term: term, members: names.sorted()).bytes, lease: 0)
+        publishedSync = names
+        syncGate.publish(names)
+        log.info("coordinator: sync set published: \(names.isEmpty ? "none" : names.sorted().joined(separator: ", "))")
+    }
+
     /// No leader: the most advanced eligible live member takes the key.
     private func elect(sentAt: UInt64) throws(EtcdError) {
-        let members = try etcd.range(membersPrefix, prefix: true).compactMap { MemberRecord($0.value) }
+        var members = try etcd.range(membersPrefix, prefix: true).compactMap { MemberRecord($0.value) }
+        if settings.minSyncReplicas > 0, let record = try etcd.range(syncKey).first.flatMap({ SyncRecord($0.value) }) {
+            // Only the last leader and its published sync set hold every acknowledged write.
+            let allowed = Set(record.members + [record.leader])
+            members = members.filter { allowed.contains($0.address) }
+            guard allowed.contains(settings.advertise) else {
+                note("no leader; this member is not in the last published sync set (\(record.members.joined(separator: ", "))), so it does not run")
+                setStatus("no leader; not in the sync set, so not running")
+                return
+            }
+        }
         guard let newest = members.map(\.sequence).max() else { return }
         let eligible = members.filter { member in
             settings.minSyncReplicas > 0 || member.sequence >= newest - min(newest, UInt64(settings.maxFailoverLag))
@@ -336,6 +363,7 @@ final class Coordinator: @unchecked Sendable {
                 return
             }
             syncGate?.activate(confirmed: seq)
+            publishedSync = nil
             fence.renewed(sentAt: sentAt)
             setRole(.leader(term: term))
             dispatcher.setReadOnly(nil)
@@ -357,7 +385,7 @@ final class Coordinator: @unchecked Sendable {
     private func follow(_ leader: String) {
         fence.release(leader: leader)
         stopFollowing()
-        let follower = makeFollower(leader)
+        let follower = makeFollower(leader, settings.advertise)
         slot.replace(with: follower)
         follower.start()
         setRole(.following(leader))
@@ -394,6 +422,34 @@ struct LeaderRecord: Equatable {
     var bytes: [UInt8] {
         var out: [UInt8] = []
         JSONWriter.write(["address": .string(address), "term": .number(Int(clamping: term))], into: &out)
+        return out
+    }
+}
+
+/// The sync key's value: `{"leader", "term", "members": ["HOST:PORT", …]}`.
+struct SyncRecord: Equatable {
+    var leader: String
+    var term: UInt64
+    var members: [String]
+
+    init(leader: String, term: UInt64, members: [String]) {
+        self.leader = leader
+        self.term = term
+        self.members = members
+    }
+
+    init?(_ bytes: [UInt8]) {
+        guard let value = try? JSONParser.parse(bytes), let object = value.objectValue,
+            let leader = object["leader"]?.stringValue, let term = object["term"]?.intValue, term >= 0,
+            let members = object["members"]?.arrayValue
+        else { return nil }
+        self.init(leader: leader, term: UInt64(term), members: members.compactMap(\.stringValue))
+    }
+
+    var bytes: [UInt8] {
+        var out: [UInt8] = []
+        JSONWriter.write(
+            ["leader": .string(leader), "term": .number(Int(clamping: term)), "members": .array(members.map { .string($0) })], into: &out)
         return out
     }
 }

@@ -147,7 +147,9 @@ final class ReplicationFeed: @unchecked Sendable {
             subscribers[ObjectIdentifier(subscriber)] = subscriber
             return self.durable
         }
-        if subscriber.replica { syncGate?.join(ObjectIdentifier(subscriber), peer: subscriber.peer, after: subscriber.figures.sent, durable: durable) }
+        if subscriber.replica {
+            syncGate?.join(ObjectIdentifier(subscriber), peer: subscriber.member ?? subscriber.peer, after: subscriber.figures.sent, durable: durable)
+        }
     }
 
     func remove(_ subscriber: Subscriber) {

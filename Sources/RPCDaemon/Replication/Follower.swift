@@ -72,12 +72,15 @@ final class Follower: @unchecked Sendable {
 
     /// TLS to a `tls:HOST:PORT` leader: its certificate verified before the token is sent.
     private let tls: RPCTLSOptions?
+    /// This daemon's name in a coordinated cluster, sent when it subscribes.
+    private let member: String?
 
     init(
-        leader: String, credentials: RPCCredentials?, tls: RPCTLSOptions? = nil, dispatcher: Dispatcher, journal: Journal, log: Logger,
-        configureKeys: @escaping @Sendable (inout Entities) -> Void
+        leader: String, credentials: RPCCredentials?, tls: RPCTLSOptions? = nil, member: String? = nil, dispatcher: Dispatcher, journal: Journal,
+        log: Logger, configureKeys: @escaping @Sendable (inout Entities) -> Void
     ) {
         self.target = leader
+        self.member = member
         self.credentials = credentials
         self.tls = tls
         self.dispatcher = dispatcher
@@ -189,7 +192,7 @@ final class Follower: @unchecked Sendable {
                 let result: SubscribeResult
                 do {
                     result = try await client.call(
-                        ReplicationSubscribe(fromSequence: Int(clamping: from), snapshot: true, terms: marks), timeout: .seconds(30))
+                        ReplicationSubscribe(fromSequence: Int(clamping: from), snapshot: true, terms: marks, member: member), timeout: .seconds(30))
                 } catch let error as RPCClientError where error.code == .invalidParams && error.errorMessage.contains(#"unknown field "terms""#) {
                     // A leader from before terms: it cannot compare histories, so subscribe as before.
                     result = try await client.call(ReplicationSubscribe(fromSequence: Int(clamping: from), snapshot: true), timeout: .seconds(30))

@@ -18,6 +18,8 @@ final class Subscriber: @unchecked Sendable {
     /// A daemon following this one (it subscribed with its term history): it may count toward
     /// `min_sync_replicas`.
     let replica: Bool
+    /// The subscriber's name in a coordinated cluster (its advertised address), else nil.
+    let member: String?
     private let feed: ReplicationFeed
     private let window: Int
 
@@ -41,11 +43,15 @@ final class Subscriber: @unchecked Sendable {
         case tail
     }
 
-    init(connection: Connection, peer: String, form: WireForm, after: UInt64, snapshotFirst: Bool, replica: Bool = false, feed: ReplicationFeed) {
+    init(
+        connection: Connection, peer: String, form: WireForm, after: UInt64, snapshotFirst: Bool, replica: Bool = false, member: String? = nil,
+        feed: ReplicationFeed
+    ) {
         self.connection = connection
         self.peer = peer
         self.form = form
         self.replica = replica
+        self.member = member
         self.feed = feed
         self.nextSeq = after &+ 1
         self.phase = snapshotFirst ? .snapshot : .tail

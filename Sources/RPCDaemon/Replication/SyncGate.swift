@@ -22,6 +22,10 @@ final class SyncGate: @unchecked Sendable {
     private var confirmed: UInt64 = 0
     /// A member that is not the leader (a coordinator's follower or candidate) confirms everything.
     private var active = true
+    /// With a coordinator: the sync set the leader published in etcd, by member name. Only its
+    /// members confirm, and every one of them must, so any of them may be elected next (nil: no
+    /// coordinator; the `required` most advanced followers in sync confirm).
+    private var published: Set<String>?
 
     private struct Member {
         var peer: String
@@ -39,12 +43,24 @@ final class SyncGate: @unchecked Sendable {
 
     /// `confirmed`: the last durable record at the start; what was journaled before a restart
     /// counts as confirmed (it was acknowledged, or timed out, under the last run).
-    init(required: Int, timeout: Double, confirmed: UInt64, active: Bool = true, log: Logger) {
+    init(required: Int, timeout: Double, confirmed: UInt64, active: Bool = true, coordinated: Bool = false, log: Logger) {
         self.required = required
         self.timeout = timeout
         self.confirmed = confirmed
         self.active = active
+        self.published = coordinated ? [] : nil
         self.log = log
+    }
+
+    /// The followers in sync now, by name: what the coordinator publishes next.
+    func candidates() -> Set<String> {
+        lock.withLock { Set(members.values.filter(\.inSync).map(\.peer)) }
+    }
+
+    /// The coordinator published `names` as the sync set: from now on they, and only they, confirm.
+    func publish(_ names: Set<String>) {
+        lock.withLock { published = names }
+        settle()
     }
 
     /// This member became the leader; what is journaled through `confirmed` counts as confirmed.
@@ -52,6 +68,8 @@ final class SyncGate: @unchecked Sendable {
         lock.withLock {
             self.confirmed = max(self.confirmed, confirmed)
             active = true
+            // The last leader's set does not confirm this term's records: a new one is published.
+            if published != nil { published = [] }
         }
         settle()
     }
@@ -99,13 +117,19 @@ final class SyncGate: @unchecked Sendable {
         settle()
     }
 
-    var inSyncCount: Int { lock.withLock { members.values.reduce(0) { $0 + ($1.inSync ? 1 : 0) } } }
+    /// Followers that confirm now: the published set with a coordinator, else those in sync.
+    var inSyncCount: Int { lock.withLock { published?.count ?? members.values.reduce(0) { $0 + ($1.inSync ? 1 : 0) } } }
 
     /// Whether the sync set has confirmed every record through `ticket`.
     func isConfirmed(_ ticket: UInt64) -> Bool { lock.withLock { !active || ticket <= confirmed } }
 
     /// Whether `id` is in the sync set (for `system.stats`).
-    func isInSync(_ id: ObjectIdentifier) -> Bool { lock.withLock { members[id]?.inSync ?? false } }
+    func isInSync(_ id: ObjectIdentifier) -> Bool {
+        lock.withLock {
+            guard let member = members[id] else { return false }
+            return published.map { $0.contains(member.peer) } ?? member.inSync
+        }
+    }
 
     /// The refusal a mutation gets while fewer than `required` followers are in sync.
     func refusal() -> RPCError? {
@@ -131,14 +155,30 @@ final class SyncGate: @unchecked Sendable {
     /// Recomputes what is confirmed and releases the waiters it covers.
     private func settle() {
         let ready: [Waiter] = lock.withLock {
-            let acked = members.values.filter(\.inSync).map(\.acked).sorted(by: >)
-            if acked.count >= required, required > 0 { confirmed = max(confirmed, acked[required - 1]) }
+            if let confirmable = confirmable() { confirmed = max(confirmed, confirmable) }
             guard waiters.contains(where: { $0.ticket <= confirmed }) else { return [] }
             let ready = waiters.filter { $0.ticket <= confirmed }
             waiters.removeAll { $0.ticket <= confirmed }
             return ready
         }
         for waiter in ready { waiter.done(nil) }
+    }
+
+    /// What the followers that confirm have all acknowledged (with `lock` held); nil: too few confirm.
+    private func confirmable() -> UInt64? {
+        guard required > 0 else { return nil }
+        guard let published else {
+            let acked = members.values.filter(\.inSync).map(\.acked).sorted(by: >)
+            return acked.count >= required ? acked[required - 1] : nil
+        }
+        // Every published member, connected or not: one that is gone stays waited for until the
+        // coordinator has published the set without it.
+        guard published.count >= required else { return nil }
+        var lowest = UInt64.max
+        for name in published {
+            lowest = min(lowest, members.values.filter { $0.peer == name }.map(\.acked).max() ?? 0)
+        }
+        return lowest
     }
 
     /// Fails the waiters past their deadline; the followers that had not confirmed them leave

@@ -341,7 +341,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         guard let feed else { return }
         let subscriber = Subscriber(
             connection: connection, peer: box.session.peer, form: box.session.form ?? .canonical, after: start.after,
-            snapshotFirst: start.snapshotFirst, replica: start.replica, feed: feed)
+            snapshotFirst: start.snapshotFirst, replica: start.replica, member: start.member, feed: feed)
         box.subscriber = subscriber
         connection.notifiesDrain = true
         connection.exemptFromIdleTimeout = true
