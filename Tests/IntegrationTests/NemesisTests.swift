@@ -110,13 +110,18 @@ struct NemesisTests {
         var histories = [RegisterHistory](repeating: RegisterHistory(), count: NemesisTests.registers)
         /// Keys of acknowledged writes.
         var acknowledged: [String] = []
+        /// Who acknowledged each write, and when.
+        var acknowledgedBy: [(member: Int, at: UInt64)] = []
         var unknown = 0
         var readsAnswered = 0
 
-        func record(_ register: Int, _ op: RegisterHistory.Operation, key: String? = nil) {
+        func record(_ register: Int, _ op: RegisterHistory.Operation, key: String? = nil, by member: Int? = nil) {
             lock.withLock {
                 histories[register].operations.append(op)
-                if let key, op.complete != nil { acknowledged.append(key) }
+                if let key, let complete = op.complete {
+                    acknowledged.append(key)
+                    if let member { acknowledgedBy.append((member, complete)) }
+                }
                 if op.complete == nil { unknown += 1 }
                 if case .read = op.kind { readsAnswered += 1 }
             }
@@ -128,6 +133,9 @@ struct NemesisTests {
         let cluster: Cluster
         var connections: [Int: LineClient] = [:]
         var preferred = 0
+        /// Members that let a request time out, until when they are tried last: a stopped
+        /// process still completes TCP handshakes, so a new connection would wait again.
+        var suspect: [Int: UInt64] = [:]
 
         init(cluster: Cluster) { self.cluster = cluster }
 
@@ -136,8 +144,10 @@ struct NemesisTests {
         func call(_ line: String, seconds: Double, retryOn: [String], startAt: Int? = nil) -> String? {
             let deadline = NemesisTests.now() + UInt64(seconds * 1e9)
             var index = startAt ?? preferred
+            suspect = suspect.filter { $0.value > NemesisTests.now() }
             while NemesisTests.now() < deadline {
-                if let member = cluster.member(index) {
+                let avoid = (suspect[index] ?? 0) > NemesisTests.now() && suspect.count < cluster.dirs.count
+                if !avoid, let member = cluster.member(index) {
                     if connections[index] == nil { connections[index] = try? LineClient(port: member.port, timeout: 2) }
                     if let connection = connections[index] {
                         if let reply = try? connection.request(line) {
@@ -148,6 +158,7 @@ struct NemesisTests {
                         } else {
                             connection.close()
                             connections[index] = nil
+                            suspect[index] = NemesisTests.now() + 3_000_000_000
                         }
                     }
                 }
@@ -222,7 +233,8 @@ struct NemesisTests {
                         let reply = client.call(
                             Self.update(register, value, key: value), seconds: 10, retryOn: ["readOnly", "notEnoughReplicas", "replicationTimeout"])
                         let ok = reply?.contains("updateUserResult") == true
-                        recorder.record(register, .init(kind: .write(value), call: call, complete: ok ? Self.now() : nil), key: ok ? value : nil)
+                        recorder.record(
+                            register, .init(kind: .write(value), call: call, complete: ok ? Self.now() : nil), key: ok ? value : nil, by: client.preferred)
                     } else if let reply = client.call(
                         // Reads start at any member: one that is not the leader must refuse them.
                         Wire.getUser("g\(c)-\(n)", "r\(register)"), seconds: 5, retryOn: ["readOnly"], startAt: Int.random(in: 0..<3, using: &random)),
@@ -236,8 +248,11 @@ struct NemesisTests {
         usleep(100_000)
 
         // The nemesis.
-        var failovers: [Double] = []
+        /// When a leader died or stopped: failover lasts until another member acknowledges a write.
+        var losses: [(member: Int, at: UInt64)] = []
         var events: [String] = []
+        /// A stopped leader's lease deadline (at most 2/3 of leader_ttl after it stopped) and its resumption.
+        var pauses: [(member: Int, deadline: UInt64, resumed: UInt64)] = []
         var round = 0
         while Self.now() < end &- 4_000_000_000 {
             usleep(2_000_000)
@@ -248,16 +263,16 @@ struct NemesisTests {
             case 1:
                 cluster.kill(leader)
                 events.append("kill -9 \(leader)")
-                if eventually(timeout: 20, every: 0.05, { cluster.leader() != nil }) { failovers.append(Double(Self.now() - started) / 1e9) }
+                losses.append((leader, started))
+                _ = eventually(timeout: 20, every: 0.05) { cluster.leader() != nil }
                 try cluster.restart(leader)
             case 2:
                 cluster.pause(leader)
                 events.append("SIGSTOP \(leader)")
-                // `leader()` asks only the members not stopped.
-                if eventually(timeout: 3.5, every: 0.05, { cluster.leader() != nil }) { failovers.append(Double(Self.now() - started) / 1e9) }
-                let left = 3.5 - Double(Self.now() - started) / 1e9
-                if left > 0 { usleep(UInt32(left * 1e6)) }
+                losses.append((leader, started))
+                usleep(3_500_000)
                 cluster.resume(leader)
+                pauses.append((leader, started + 1_340_000_000, Self.now()))
             default:
                 let follower = (leader + 1 + Int.random(in: 0...1)) % 3
                 cluster.kill(follower)
@@ -285,14 +300,24 @@ struct NemesisTests {
                 recorder.record(r, .init(kind: .read(name), call: call, complete: Self.now()))
             }
         }
+        let failovers = losses.compactMap { loss in
+            recorder.lock.withLock { recorder.acknowledgedBy.filter { $0.member != loss.member && $0.at > loss.at }.map(\.at).min() }
+                .map { Double($0 - loss.at) / 1e9 }
+        }
         let sorted = failovers.sorted()
         let p50 = sorted.isEmpty ? 0 : sorted[sorted.count / 2]
         let p99 = sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, Int(Double(sorted.count) * 0.99))]
         print(
             "nemesis: \(events.count) events (\(events.joined(separator: ", "))); \(recorder.acknowledged.count) writes acknowledged, "
-                + "\(recorder.unknown) of unknown outcome, \(recorder.readsAnswered) reads; failover (kill -9 or SIGSTOP to a new leader) "
-                + "p50 \(String(format: "%.2f", p50)) s, p99 \(String(format: "%.2f", p99)) s over \(failovers.count)")
+                + "\(recorder.unknown) of unknown outcome, \(recorder.readsAnswered) reads; failover (kill -9 or SIGSTOP to the first write another member acknowledged) "
+                + "p50 \(String(format: "%.2f", p50)) s, p99 \(String(format: "%.2f", p99)) s over \(failovers.count): \(failovers.map { String(format: "%.2f", $0) }.joined(separator: " "))")
         #expect(recorder.acknowledged.count > 50, "too few writes went through to tell anything")
+        // A leader stopped past its lease acknowledges nothing from its deadline until a second
+        // after it resumed (by then it knows it lost the lease, and follows).
+        for pause in pauses {
+            let late = recorder.acknowledgedBy.filter { $0.member == pause.member && $0.at > pause.deadline && $0.at < pause.resumed + 1_000_000_000 }
+            #expect(late.isEmpty, "member \(pause.member), stopped past its lease, acknowledged \(late.count) writes after its deadline")
+        }
         cluster.stopAll()
 
         // Every acknowledged write is in every member's journal; one leader per term.
