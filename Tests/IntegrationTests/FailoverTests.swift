@@ -288,6 +288,8 @@ struct FailoverTests {
         defer { JournalSupport.remove(dir) }
         let both = try runProcess(rpcd, ["serve", "--listen", "127.0.0.1:0", "--data-dir", dir.path, "--coordinator", "etcd:127.0.0.1:1", "--follow", "127.0.0.1:2"])
         #expect(both.status == 2 && both.stderr.contains("coordinator and follow are both set"), "\(both)")
+        let wildcard = try runProcess(rpcd, ["serve", "--listen", "0.0.0.0:0", "--data-dir", dir.path, "--coordinator", "etcd:127.0.0.1:1"])
+        #expect(wildcard.status == 2 && wildcard.stderr.contains("set advertise = HOST:PORT"), "\(wildcard)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         let conf = dir.appendingPathComponent("rpcd.conf").path
         try "coordinator = etcd:127.0.0.1:2379, 127.0.0.1:2380\ncluster = c1\nleader_ttl = 3\n".write(toFile: conf, atomically: true, encoding: .utf8)

@@ -56,6 +56,12 @@ extension Daemon {
                 return 2
             }
             etcdEndpoints = EtcdClient.parse(coordinator)
+            // Without `advertise` the others reach this member at its first listen address.
+            if options.advertise == nil, let first = addresses.first, first.isWildcard || first.family == AF_UNIX || isTLS.first == true {
+                LogSink.stderr.write(
+                    "rpcd: with a coordinator the other members reach this one at its first listen address, and \(options.listen[0]) is a wildcard, a Unix socket or TLS (members follow each other over plain TCP); set advertise = HOST:PORT\n")
+                return 2
+            }
         }
         if let follow = options.follow, let leader = TLSSettings.parseListen(follow)?.address, addresses.contains(where: { $0.mayBe(leader) }) {
             LogSink.stderr.write("rpcd: follow \(follow) is this daemon's own listen address, and a daemon cannot follow itself; point follow at the leader's address\n")
