@@ -90,6 +90,15 @@ final class DaemonContext: ServiceContext, @unchecked Sendable {
 
     func termMarks() -> [TermMark] { history?() ?? [] }
 
+    /// This daemon's history origin (set before serving).
+    var historyOrigin: HistoryOrigin? {
+        get { lock.withLock { originSource } }
+        set { lock.withLock { originSource = newValue } }
+    }
+    private var originSource: HistoryOrigin?
+
+    func origin() -> String? { historyOrigin?.value }
+
     /// Sets how tokens are checked (nil: no principals, every `system.auth` fails).
     func setAuthenticator(_ check: (@Sendable (_ name: String, _ token: String) -> (name: String, role: RPCRole)?)?) {
         lock.withLock { authenticator = check }

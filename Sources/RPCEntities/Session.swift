@@ -77,6 +77,8 @@ public protocol ServiceContext: Sendable {
     func replicationPosition() -> Result<PositionResult, RPCError>
     /// This daemon's term history, for a subscriber to compare its own with.
     func termMarks() -> [TermMark]
+    /// The random id this daemon's history began with (nil: not known).
+    func origin() -> String?
 }
 
 /// What `ServiceContext.authenticate` decided.
@@ -101,4 +103,6 @@ extension ServiceContext {
     }
 
     public func termMarks() -> [TermMark] { [] }
+
+    public func origin() -> String? { nil }
 }

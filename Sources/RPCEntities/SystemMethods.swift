@@ -68,11 +68,13 @@ package enum SystemMethods {
         }
         let marks = context.termMarks()
         var result = SubscribeResult(
-            sequence: Int(clamping: durable), snapshotSequence: Int(clamping: snapshot), term: marks.last?.term, termId: marks.last?.termId)
+            sequence: Int(clamping: durable), snapshotSequence: Int(clamping: snapshot), term: marks.last?.term, termId: marks.last?.termId,
+            origin: p.terms == nil ? nil : context.origin())
         // A daemon says which terms its records are from: where its history leaves this one's, it
         // is told the last sequence number the two share, and no feed starts.
         if let theirs = p.terms, let from = p.fromSequence, from > 0 {
-            let shared = TermHistory.common(theirs, last: UInt64(from), leader: marks, leaderLast: durable)
+            let shared = TermHistory.common(
+                theirs, last: UInt64(from), origin: p.origin, leader: marks, leaderLast: durable, leaderOrigin: context.origin())
             if shared < UInt64(from) {
                 result.rewindTo = Int(clamping: shared)
                 return .now(result)

@@ -57,19 +57,27 @@ public struct TermHistory: Sendable, Equatable {
 
     /// The last sequence number two histories share: a subscriber's (`marks`, records through
     /// `last`) and a leader's (through `leaderLast`). Terms are compared in order, by id and start;
-    /// from the first that differs (or that only one side has), the records differ.
-    public static func common(_ marks: [TermMark], last: UInt64, leader: [TermMark], leaderLast: UInt64) -> UInt64 {
-        func withImplicit(_ marks: [TermMark]) -> [TermMark] {
-            guard let first = marks.first, first.sequence <= 1 else { return [TermMark(term: 0, termId: "", sequence: 1)] + marks }
+    /// from the first that differs (or that only one side has), the records differ. Records before
+    /// the first term are in term 0, whose id is the history's origin ("": not known, which
+    /// matches any: data directories from before origins).
+    public static func common(
+        _ marks: [TermMark], last: UInt64, origin: String? = nil, leader: [TermMark], leaderLast: UInt64, leaderOrigin: String? = nil
+    ) -> UInt64 {
+        func withImplicit(_ marks: [TermMark], _ origin: String?) -> [TermMark] {
+            guard let first = marks.first, first.sequence <= 1 else { return [TermMark(term: 0, termId: origin ?? "", sequence: 1)] + marks }
             return marks
         }
-        let mine = withImplicit(marks)
-        let theirs = withImplicit(leader)
+        func same(_ a: TermMark, _ b: TermMark) -> Bool {
+            guard a.sequence == b.sequence else { return false }
+            return a.termId == b.termId || (a.term == 0 && b.term == 0 && (a.termId.isEmpty || b.termId.isEmpty))
+        }
+        let mine = withImplicit(marks, origin)
+        let theirs = withImplicit(leader, leaderOrigin)
         var shared = min(last, leaderLast)
         for index in 0..<max(mine.count, theirs.count) {
             let a = index < mine.count ? mine[index] : nil
             let b = index < theirs.count ? theirs[index] : nil
-            if let a, let b, a.termId == b.termId, a.sequence == b.sequence { continue }
+            if let a, let b, same(a, b) { continue }
             let start = min(a?.sequence ?? .max, b?.sequence ?? .max)
             shared = min(shared, UInt64(clamping: max(0, start - 1)))
             break

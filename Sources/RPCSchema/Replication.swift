@@ -22,11 +22,15 @@ public struct ReplicationSubscribe: RPCCall, Hashable {
     /// A member of a coordinated cluster names itself (its advertised `HOST:PORT`): the name its
     /// leader publishes in the cluster's sync set.
     public var member: String?
-    public init(fromSequence: Int? = nil, snapshot: Bool? = nil, terms: [TermMark]? = nil, member: String? = nil) {
+    /// The subscriber's origin: the random id its data directory's history began with (absent:
+    /// not known, a directory from before origins). Records before its first term are compared by it.
+    public var origin: String?
+    public init(fromSequence: Int? = nil, snapshot: Bool? = nil, terms: [TermMark]? = nil, member: String? = nil, origin: String? = nil) {
         self.fromSequence = fromSequence
         self.snapshot = snapshot
         self.terms = terms
         self.member = member
+        self.origin = origin
     }
 }
 
@@ -71,12 +75,15 @@ public struct SubscribeResult: Codable, Hashable, Sendable {
     /// sequence number the two share. No feed starts; the subscriber cuts its records after it
     /// (if the leader's term is higher) and subscribes again.
     public var rewindTo: Int?
-    public init(sequence: Int, snapshotSequence: Int, term: Int? = nil, termId: String? = nil, rewindTo: Int? = nil) {
+    /// The leader's origin, to a subscriber that sent its terms (absent: not known).
+    public var origin: String?
+    public init(sequence: Int, snapshotSequence: Int, term: Int? = nil, termId: String? = nil, rewindTo: Int? = nil, origin: String? = nil) {
         self.sequence = sequence
         self.snapshotSequence = snapshotSequence
         self.term = term
         self.termId = termId
         self.rewindTo = rewindTo
+        self.origin = origin
     }
 }
 

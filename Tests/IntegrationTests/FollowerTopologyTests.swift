@@ -55,12 +55,15 @@ struct FollowerTopologyTests {
     }
 
     /// A leader on `dirs[0]` with users `lead0..<leading`, and a follower of it on `dirs[1]`, where
-    /// a daemon of its own first created users `own0..<own`: a history the leader never had.
+    /// a daemon of its own first created users `own0..<own`: a history the leader never had. The
+    /// follower's directory is made one from before origins (no `ORIGIN`), which cannot tell at
+    /// subscribe that its history began apart (TermTests has the case that can).
     static func strangers(_ dirs: [URL], own: Int, leading: Int) throws -> (DaemonProcess, DaemonProcess) {
         let alone = try Replicas.leader(dirs[1])
         try JournalSupport.createUsers(port: alone.port, prefix: "own", range: 0..<own)
         alone.terminate()
         #expect(alone.waitForExit(timeout: 10) == 0)
+        try FileManager.default.removeItem(at: dirs[1].appendingPathComponent("ORIGIN"))
         let leader = try Replicas.leader(dirs[0])
         try JournalSupport.createUsers(port: leader.port, prefix: "lead", range: 0..<leading)
         return (leader, try Replicas.follower(of: leader, dirs[1]))

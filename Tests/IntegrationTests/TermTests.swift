@@ -93,6 +93,32 @@ struct TermTests {
         #expect(Self.rewound(dirs[2]).isEmpty, "nothing is cut")
     }
 
+    @Test("two daemons never promoted that began apart: the one pointed at the other stops and keeps its records (their origins differ); a follower started empty takes its leader's origin")
+    func originsTellHistoriesApart() throws {
+        let dirs = (0..<3).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let a = try Replicas.leader(dirs[0])
+        defer { a.stop() }
+        var b = try Replicas.leader(dirs[1])
+        try JournalSupport.createUsers(port: a.port, prefix: "anna", range: 0..<3)
+        try JournalSupport.createUsers(port: b.port, prefix: "bob", range: 0..<2)
+        b.terminate()
+        #expect(b.waitForExit(timeout: 10) == 0)
+        // Both in term 0 with 2 or more records: without origins, b would take a's records from 3 on.
+        b = try Replicas.follower(of: a, dirs[1])
+        defer { b.stop() }
+        #expect(b.stderrEventually(contains: "history began apart from the leader's", timeout: 20), "\(b.stderrTail())")
+        #expect(try Replicas.replication(b)["state"] as? String == "stopped")
+        #expect(try JournalSupport.userIDs(port: b.port).sorted() == ["bob0", "bob1"], "it keeps its own records, and takes none of a's")
+        #expect(Self.rewound(dirs[1]).isEmpty, "nothing is cut")
+
+        let c = try Replicas.follower(of: a, dirs[2])
+        defer { c.stop() }
+        try Replicas.waitForConvergence(leader: a, followers: [c])
+        let origin = { (dir: URL) in (try? String(contentsOf: dir.appendingPathComponent("ORIGIN"), encoding: .utf8)) ?? "none" }
+        #expect(origin(dirs[2]) == origin(dirs[0]) && origin(dirs[0]).count == 33, "\(origin(dirs[2])) \(origin(dirs[0]))")
+    }
+
     @Test("the term survives a compaction and a restart, and reaches a new follower through the snapshot; a leader restarted on its own data keeps its term")
     func termThroughSnapshot() throws {
         let dirs = (0..<3).map { _ in JournalSupport.makeDataDir() }

@@ -121,12 +121,20 @@ extension Daemon {
         journal.syncGate = syncGate
         feed.syncGate = syncGate
         context.history = { dispatcher.withState { $0.terms.marks } }
+        let origin: HistoryOrigin
+        do {
+            origin = try HistoryOrigin.load(directory: journal.directory.path, empty: sequences.durable == 0 && sequences.snapshot == 0)
+        } catch {
+            log.error("cannot write \(journal.directory.path)/ORIGIN: \(error); fix the data directory's permissions")
+            return 1
+        }
+        context.historyOrigin = origin
         guard etcdEndpoints != nil || Self.startTermIfPromoted(options, dispatcher: dispatcher, journal: journal, log: log) else { return 1 }
         let credentials = followCredentials
         let makeFollower: @Sendable (String, String?) -> Follower = { leader, member in
             Follower(
-                leader: leader, credentials: credentials, tls: TLSSettings.followerOptions(options), member: member, dispatcher: dispatcher,
-                journal: journal, log: log, configureKeys: configureKeys)
+                leader: leader, credentials: credentials, tls: TLSSettings.followerOptions(options), member: member, origin: origin,
+                dispatcher: dispatcher, journal: journal, log: log, configureKeys: configureKeys)
         }
         let followers = FollowerSlot()
         followers.replace(with: options.follow.map { makeFollower($0, nil) })

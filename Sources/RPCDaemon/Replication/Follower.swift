@@ -74,13 +74,16 @@ final class Follower: @unchecked Sendable {
     private let tls: RPCTLSOptions?
     /// This daemon's name in a coordinated cluster, sent when it subscribes.
     private let member: String?
+    /// Where this daemon's history began; a copy of the leader's takes the leader's.
+    private let origin: HistoryOrigin?
 
     init(
-        leader: String, credentials: RPCCredentials?, tls: RPCTLSOptions? = nil, member: String? = nil, dispatcher: Dispatcher, journal: Journal,
-        log: Logger, configureKeys: @escaping @Sendable (inout Entities) -> Void
+        leader: String, credentials: RPCCredentials?, tls: RPCTLSOptions? = nil, member: String? = nil, origin: HistoryOrigin? = nil,
+        dispatcher: Dispatcher, journal: Journal, log: Logger, configureKeys: @escaping @Sendable (inout Entities) -> Void
     ) {
         self.target = leader
         self.member = member
+        self.origin = origin
         self.credentials = credentials
         self.tls = tls
         self.dispatcher = dispatcher
@@ -192,7 +195,8 @@ final class Follower: @unchecked Sendable {
                 let result: SubscribeResult
                 do {
                     result = try await client.call(
-                        ReplicationSubscribe(fromSequence: Int(clamping: from), snapshot: true, terms: marks, member: member), timeout: .seconds(30))
+                        ReplicationSubscribe(fromSequence: Int(clamping: from), snapshot: true, terms: marks, member: member, origin: origin?.value),
+                        timeout: .seconds(30))
                 } catch let error as RPCClientError where error.code == .invalidParams && error.errorMessage.contains(#"unknown field "terms""#) {
                     // A leader from before terms: it cannot compare histories, so subscribe as before.
                     result = try await client.call(ReplicationSubscribe(fromSequence: Int(clamping: from), snapshot: true), timeout: .seconds(30))
@@ -207,6 +211,14 @@ final class Follower: @unchecked Sendable {
                     guard await rewind(to: UInt64(clamping: max(0, rewindTo)), from: from, leaderTerm: result) else { return }
                     attempt = 0
                     continue
+                }
+                // A history copied from the start (or one whose origin was not known) is the leader's.
+                if let theirs = result.origin, from == 0 || origin?.value == nil {
+                    do {
+                        try origin?.adopt(theirs)
+                    } catch {
+                        log.warning("cannot write \(origin?.path ?? "ORIGIN"): \(error); fix the data directory's permissions")
+                    }
                 }
                 lock.withLock {
                     connected = true
@@ -526,6 +538,10 @@ final class Follower: @unchecked Sendable {
         let mine = dispatcher.withState { $0.terms.current }
         let leaderTerm = UInt64(clamping: max(0, result.term ?? 0))
         let ours = mine.map { "term \($0.term) (id \($0.id), led from \($0.leader))" } ?? "term 0 (never promoted)"
+        if shared == 0, leaderTerm == 0, mine == nil, let theirs = result.origin, let ours = origin?.value, theirs != ours {
+            stop("this daemon's history began apart from the leader's at \(leader) (origin \(ours), the leader's \(theirs)), so its records 1...\(last) are not copies of the leader's; keep the one you trust: stop this daemon, move its data directory aside and start it again to copy the leader's, or point it at a leader of its own history")
+            return false
+        }
         guard leaderTerm > mine?.term ?? 0 else {
             stop("this daemon holds records \(shared + 1)...\(last) that the leader at \(leader) does not have, and the leader's term \(leaderTerm) is not above this daemon's \(ours), so neither history is newer; keep the one you trust: follow a leader of a higher term, or stop this daemon, move its data directory aside and start it again to copy the leader's")
             return false
