@@ -4,8 +4,10 @@ import RPCSchema
 /// The members of a replicated rpcd (a leader and its followers), as one: a call goes to the
 /// member that answered last, and moves on, in the members' order, from one that cannot be
 /// reached, that answers `readOnly` (a follower: it is not the leader, or no longer), or that was
-/// lost before it answered. A mutation keeps one idempotency key across the members it tries, so
-/// a retry after a lost connection or a failover is applied at most once.
+/// lost before it answered, or that let a read or a keyed mutation time out (a stopped process:
+/// it is tried last for a few seconds, since it still accepts connections). A mutation keeps one
+/// idempotency key across the members it tries, so a retry after a lost connection or a failover
+/// is applied at most once.
 ///
 /// ```swift
 /// let cluster = RPCCluster(members: ["10.0.0.1:7878", "10.0.0.2:7878", "10.0.0.3:7878"])
@@ -22,7 +24,12 @@ public final class RPCCluster: @unchecked Sendable {
         /// The member that answered last (tried first).
         var current = 0
         var clients: [Int: RPCClient] = [:]
+        /// Members that let a call time out, and until when they are tried last.
+        var suspect: [Int: ContinuousClock.Instant] = [:]
     }
+
+    /// How long a member that let a call time out is tried last.
+    static let suspicion: Duration = .seconds(5)
 
     /// `members`: `HOST:PORT`, `tls:HOST:PORT` or `unix:PATH`, in the order to try them.
     public init(members: [String], options: RPCClientOptions = RPCClientOptions()) {
@@ -40,10 +47,14 @@ public final class RPCCluster: @unchecked Sendable {
     public func call<C: RPCCall>(_ call: C, key: String? = nil, timeout: CallTimeout = .default) async throws -> C.Output {
         guard !members.isEmpty else { throw RPCClientError.connectFailed(address: "", reason: "the cluster has no members; give at least one address") }
         let key = key ?? (C.isMutation ? options.keyGenerator?.next() : nil)
-        let first = lock.withLock { state.current }
-        var lastError: any Error = RPCClientError.connectFailed(address: members[first], reason: "not tried")
-        for step in 0..<members.count {
-            let index = (first + step) % members.count
+        let order: [Int] = lock.withLock {
+            let now = ContinuousClock.now
+            state.suspect = state.suspect.filter { $0.value > now }
+            let all = (0..<members.count).map { (state.current + $0) % members.count }
+            return all.filter { state.suspect[$0] == nil } + all.filter { state.suspect[$0] != nil }
+        }
+        var lastError: any Error = RPCClientError.connectFailed(address: members[order[0]], reason: "not tried")
+        for index in order {
             // A connection kept from an earlier call may have died since: one fresh try, then on.
             for _ in 0..<2 {
                 var kept = false
@@ -57,6 +68,10 @@ public final class RPCCluster: @unchecked Sendable {
                     lastError = error
                     guard error.code == nil else { break }  // readOnly: the member is up, and not the leader
                     drop(index)
+                    if case .timedOut = error {
+                        lock.withLock { state.suspect[index] = ContinuousClock.now + Self.suspicion }
+                        break
+                    }
                     if !kept { break }
                 }
             }
@@ -79,7 +94,7 @@ public final class RPCCluster: @unchecked Sendable {
         switch error {
         case .connectFailed, .notSent: return true
         case .server(let code, _, _, _): return code == .readOnly
-        case .outcomeUnknown, .connectionClosed: return keyed
+        case .outcomeUnknown, .connectionClosed, .timedOut: return keyed
         default: return false
         }
     }

@@ -3,6 +3,10 @@ import RPCClient
 import RPCSchema
 import Testing
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// `RPCCluster`: the members of a replicated rpcd as one client (issue 53, clients find the leader).
 @Suite("RPCCluster: calls find the leader, and follow it through a failover", .serialized)
 struct ClusterClientTests {
@@ -36,6 +40,36 @@ struct ClusterClientTests {
         // The same key again: the first outcome, not a conflict.
         #expect(try await cluster.call(CreateUser(id: "u2", name: "Bea", email: "bea@example.com"), key: "create-u2").id == "u2")
         #expect(try JournalSupport.userIDs(port: port) == ["u1", "u2"])
+    }
+
+    @Test("a member that lets a keyed mutation or a read time out (a stopped process) is passed for the next one; an unkeyed mutation is not sent twice")
+    func movesPastAStoppedMember() async throws {
+        let dirs = (0..<2).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let stopped = try Replicas.leader(dirs[0])
+        let live = try Replicas.leader(dirs[1])
+        defer {
+            stopped.signal(SIGCONT)
+            stopped.stop()
+            live.stop()
+        }
+        let cluster = RPCCluster(members: [Replicas.address(stopped), Replicas.address(live)])
+        defer { cluster.close() }
+        stopped.signal(SIGSTOP)
+        let ada = try await cluster.call(CreateUser(id: "u1", name: "Ada", email: "ada@example.com"), key: "k1", timeout: .after(.seconds(1)))
+        #expect(ada.id == "u1" && cluster.current == Replicas.address(live))
+        let reads = RPCCluster(members: [Replicas.address(stopped), Replicas.address(live)])
+        defer { reads.close() }
+        #expect(try await reads.call(GetUser(userId: "u1"), timeout: .after(.seconds(1))).name == "Ada")
+        var options = RPCClientOptions()
+        options.keyGenerator = nil
+        let unkeyed = RPCCluster(members: [Replicas.address(stopped), Replicas.address(live)], options: options)
+        defer { unkeyed.close() }
+        await #expect(throws: RPCClientError.self) {
+            try await unkeyed.call(CreateUser(id: "u2", name: "Bea", email: "bea@example.com"), timeout: .after(.seconds(1)))
+        }
+        stopped.signal(SIGCONT)
+        #expect(try JournalSupport.userIDs(port: live.port) == ["u1"], "the unkeyed create went to the stopped member only")
     }
 
     @Test("an error that is the call's answer (notFound) is thrown at once, without trying the other members")
