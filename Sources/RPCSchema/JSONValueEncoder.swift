@@ -234,23 +234,21 @@ struct _JSONKeyedEncodingContainer<Key: CodingKey>: KeyedEncodingContainerProtoc
     }
 }
 
-// MARK: - Unkeyed
+// MARK: - Primitives
 
-struct _JSONUnkeyedEncodingContainer: UnkeyedEncodingContainer {
-    let array: _JSONEncArray
-    let codingPath: [any CodingKey]
+/// What the unkeyed and single-value containers share: a primitive becomes one JSON value, put
+/// where the container puts values (`primitivePath` names it in an error).
+protocol _JSONPrimitiveSink {
+    func put(_ v: JSONValue)
+    var primitivePath: [any CodingKey] { get }
+}
 
-    var count: Int { array.nodes.count }
-
-    var nextPath: [any CodingKey] { codingPath + [_JSONDynamicKey(intValue: array.nodes.count)] }
-
-    func put(_ v: JSONValue) { array.nodes.append(.value(v)) }
-
+extension _JSONPrimitiveSink {
     mutating func encodeNil() throws { put(.null) }
     mutating func encode(_ value: Bool) throws { put(.bool(value)) }
     mutating func encode(_ value: String) throws { put(.string(value)) }
-    mutating func encode(_ value: Double) throws { put(try _JSONEncoding.double(value, path: nextPath)) }
-    mutating func encode(_ value: Float) throws { put(try _JSONEncoding.float(value, path: nextPath)) }
+    mutating func encode(_ value: Double) throws { put(try _JSONEncoding.double(value, path: primitivePath)) }
+    mutating func encode(_ value: Float) throws { put(try _JSONEncoding.float(value, path: primitivePath)) }
     mutating func encode(_ value: Int) throws { put(.number(String(value))) }
     mutating func encode(_ value: Int8) throws { put(.number(String(value))) }
     mutating func encode(_ value: Int16) throws { put(.number(String(value))) }
@@ -261,6 +259,21 @@ struct _JSONUnkeyedEncodingContainer: UnkeyedEncodingContainer {
     mutating func encode(_ value: UInt16) throws { put(.number(String(value))) }
     mutating func encode(_ value: UInt32) throws { put(.number(String(value))) }
     mutating func encode(_ value: UInt64) throws { put(.number(String(value))) }
+}
+
+// MARK: - Unkeyed
+
+struct _JSONUnkeyedEncodingContainer: UnkeyedEncodingContainer, _JSONPrimitiveSink {
+    let array: _JSONEncArray
+    let codingPath: [any CodingKey]
+
+    var count: Int { array.nodes.count }
+
+    var nextPath: [any CodingKey] { codingPath + [_JSONDynamicKey(intValue: array.nodes.count)] }
+
+    func put(_ v: JSONValue) { array.nodes.append(.value(v)) }
+    var primitivePath: [any CodingKey] { nextPath }
+
     mutating func encode<T: Encodable>(_ value: T) throws {
         array.nodes.append(try _JSONEncoding.node(value, path: nextPath))
     }
@@ -288,27 +301,13 @@ struct _JSONUnkeyedEncodingContainer: UnkeyedEncodingContainer {
 
 // MARK: - Single value
 
-struct _JSONSingleValueEncodingContainer: SingleValueEncodingContainer {
+struct _JSONSingleValueEncodingContainer: SingleValueEncodingContainer, _JSONPrimitiveSink {
     let encoder: _JSONValueEncoderImpl
     var codingPath: [any CodingKey] { encoder.codingPath }
 
     func put(_ v: JSONValue) { encoder.storage = .value(v) }
+    var primitivePath: [any CodingKey] { codingPath }
 
-    mutating func encodeNil() throws { put(.null) }
-    mutating func encode(_ value: Bool) throws { put(.bool(value)) }
-    mutating func encode(_ value: String) throws { put(.string(value)) }
-    mutating func encode(_ value: Double) throws { put(try _JSONEncoding.double(value, path: codingPath)) }
-    mutating func encode(_ value: Float) throws { put(try _JSONEncoding.float(value, path: codingPath)) }
-    mutating func encode(_ value: Int) throws { put(.number(String(value))) }
-    mutating func encode(_ value: Int8) throws { put(.number(String(value))) }
-    mutating func encode(_ value: Int16) throws { put(.number(String(value))) }
-    mutating func encode(_ value: Int32) throws { put(.number(String(value))) }
-    mutating func encode(_ value: Int64) throws { put(.number(String(value))) }
-    mutating func encode(_ value: UInt) throws { put(.number(String(value))) }
-    mutating func encode(_ value: UInt8) throws { put(.number(String(value))) }
-    mutating func encode(_ value: UInt16) throws { put(.number(String(value))) }
-    mutating func encode(_ value: UInt32) throws { put(.number(String(value))) }
-    mutating func encode(_ value: UInt64) throws { put(.number(String(value))) }
     mutating func encode<T: Encodable>(_ value: T) throws {
         encoder.storage = try _JSONEncoding.node(value, path: codingPath)
     }
