@@ -1,3 +1,4 @@
+import Dispatch
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -45,11 +46,7 @@ public enum Exchange {
         }
     }
 
-    private static func now() -> UInt64 {
-        var spec = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &spec)
-        return UInt64(spec.tv_sec) &* 1_000_000_000 &+ UInt64(spec.tv_nsec)
-    }
+    private static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 
     /// Waits until `fd` is ready for `events`, or throws ETIMEDOUT at `deadline`.
     private static func wait(_ fd: Int32, for events: Int16, until deadline: UInt64, call: String) throws(Errno) {

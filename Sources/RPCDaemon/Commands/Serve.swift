@@ -268,11 +268,7 @@ extension Daemon {
         if let leader = options.follow {
             guard !FileIO.exists(marker) else { return true }
             do {
-                let fd = try FileIO.open(marker, O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600)
-                defer { FileIO.close(fd) }
-                try Array("\(leader)\n".utf8).withUnsafeBytes { try FileIO.writeAll(fd, $0, at: 0, path: marker, faults: false) }
-                try FileIO.sync(fd, path: marker, faults: false)
-                try FileIO.syncDirectory(journal.directory.path)
+                try FileIO.replace(marker, with: Array("\(leader)\n".utf8), mode: 0o600, faults: false)
             } catch {
                 log.error("cannot write \(marker): \(error); fix the data directory's permissions")
                 return false
@@ -289,14 +285,7 @@ extension Daemon {
             log.error("cannot start a new term as the new leader: \(error.errorMessage); check the data directory")
             return false
         case .success(let seq):
-            let durable = DispatchSemaphore(value: 0)
-            nonisolated(unsafe) var failure: String?
-            journal.whenDurable(seq) { why in
-                failure = why
-                durable.signal()
-            }
-            durable.wait()
-            if let failure {
+            if let failure = journal.waitDurable(seq) {
                 log.error("cannot journal the new term: \(failure); check the data directory")
                 return false
             }

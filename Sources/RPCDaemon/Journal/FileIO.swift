@@ -91,7 +91,9 @@ enum FileIO {
 
     /// Writes `bytes` to a new file beside `path` with `mode` (and `owner`, if it differs) and
     /// fsyncs it; returns its name, for the caller to rename or link into place and then remove.
-    static func writeTemporary(beside path: String, _ bytes: [UInt8], mode: mode_t, owner: (uid: uid_t, gid: gid_t)? = nil) throws(Errno) -> String {
+    static func writeTemporary(
+        beside path: String, _ bytes: [UInt8], mode: mode_t, owner: (uid: uid_t, gid: gid_t)? = nil, faults: Bool = true
+    ) throws(Errno) -> String {
         let temporary = "\(path).\(getpid()).tmp"
         try unlink(temporary)
         let fd = try open(temporary, O_WRONLY | O_CREAT | O_EXCL, mode: 0o600)
@@ -104,7 +106,7 @@ enum FileIO {
             // After fchown, which may clear mode bits; and the umask does not apply to fchmod.
             _ = try retrying("fchmod(\(temporary))") { fchmod(fd, mode) }
             try writeAll(fd, bytes, path: temporary)
-            try sync(fd, path: temporary)
+            try sync(fd, path: temporary, faults: faults)
         } catch {
             try? unlink(temporary)
             throw error
@@ -113,9 +115,10 @@ enum FileIO {
     }
 
     /// Replaces `path` with a file holding `bytes` (written beside it, renamed over it, both
-    /// fsynced): a reader sees the old file or the new one, never a part of either.
-    static func replace(_ path: String, with bytes: [UInt8], mode: mode_t, owner: (uid: uid_t, gid: gid_t)? = nil) throws(Errno) {
-        let temporary = try writeTemporary(beside: path, bytes, mode: mode, owner: owner)
+    /// fsynced): a reader sees the old file or the new one, never a part of either. `faults: false`
+    /// for a file that holds no record (the test faults count record syncs).
+    static func replace(_ path: String, with bytes: [UInt8], mode: mode_t, owner: (uid: uid_t, gid: gid_t)? = nil, faults: Bool = true) throws(Errno) {
+        let temporary = try writeTemporary(beside: path, bytes, mode: mode, owner: owner, faults: faults)
         do {
             try rename(temporary, path)
         } catch {

@@ -135,12 +135,8 @@ final class Journal: MutationLog, @unchecked Sendable {
 
     /// Durable here, then confirmed by the sync set when there is one.
     func whenConfirmed(_ ticket: UInt64, _ done: @escaping @Sendable (RPCError?) -> Void) {
-        let fence = self.fence
-        let checked: @Sendable (RPCError?) -> Void = { error in
-            // A leader stopped past its lease's deadline acknowledges nothing when it wakes.
-            if error == nil, let fence, !fence.isValid { return done(LeaseFence.lateError) }
-            done(error)
-        }
+        // With a lease: a leader stopped past its deadline acknowledges nothing when it wakes.
+        let checked = fence.map { Self.fenced(done, by: $0) } ?? done
         whenDurable(ticket) { [syncGate] failure in
             if let failure { return checked(Self.notSaved(failure)) }
             guard let syncGate else { return checked(nil) }
@@ -188,6 +184,11 @@ final class Journal: MutationLog, @unchecked Sendable {
     /// The last durable sequence number and the one the snapshot covers (0: none).
     var sequences: (durable: UInt64, snapshot: UInt64) {
         lock.withLock { (commit.ackedSeq, snapshotSequence) }
+    }
+
+    /// `done`, given `LeaseFence.lateError` instead of a success decided after the lease's deadline.
+    private static func fenced(_ done: @escaping @Sendable (RPCError?) -> Void, by fence: LeaseFence) -> @Sendable (RPCError?) -> Void {
+        { error in done(error == nil && !fence.isValid ? LeaseFence.lateError : error) }
     }
 
     /// Waits until `ticket` (nil: the last record written) is durable: nil, or why it cannot be.

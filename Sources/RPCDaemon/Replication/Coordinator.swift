@@ -137,6 +137,15 @@ final class Coordinator: @unchecked Sendable {
         case waiting
         case leader(term: UInt64)
         case following(String)
+
+        /// As `system.stats` and the member key say it.
+        var name: String {
+            switch self {
+            case .leader: "leader"
+            case .following: "follower"
+            case .waiting: "candidate"
+            }
+        }
     }
 
     var leaderKey: String { "/rpcd/\(settings.cluster)/leader" }
@@ -167,12 +176,7 @@ final class Coordinator: @unchecked Sendable {
 
     private func setRole(_ new: Role) {
         role = new
-        let name = switch new {
-        case .leader: "leader"
-        case .following: "follower"
-        case .waiting: "candidate"
-        }
-        lock.withLock { publicRole = name }
+        lock.withLock { publicRole = new.name }
     }
 
     /// Mutations are refused until etcd names a leader; then the coordinator runs, a few times a lease.
@@ -280,12 +284,7 @@ final class Coordinator: @unchecked Sendable {
     /// This member's place in etcd: address, term and durable sequence, bound to its lease.
     private func publish() throws(EtcdError) {
         let term = dispatcher.withState { $0.terms.current?.term ?? 0 }
-        let roleName = switch role {
-        case .leader: "leader"
-        case .following: "follower"
-        case .waiting: "candidate"
-        }
-        let member = MemberRecord(address: settings.advertise, term: term, sequence: journal.sequences.durable, role: roleName)
+        let member = MemberRecord(address: settings.advertise, term: term, sequence: journal.sequences.durable, role: role.name)
         try etcd.put(membersPrefix + settings.advertise, member.bytes, lease: lease)
     }
 
@@ -402,87 +401,40 @@ final class Coordinator: @unchecked Sendable {
     }
 }
 
-/// The leader key's value: `{"address": "HOST:PORT", "term": N}`.
-struct LeaderRecord: Equatable {
-    var address: String
-    var term: UInt64
+/// A value the coordinator keeps in etcd: JSON, through the project's own codec.
+protocol EtcdRecord: Codable {}
 
-    init(address: String, term: UInt64) {
-        self.address = address
-        self.term = term
-    }
-
+extension EtcdRecord {
+    /// nil when `bytes` is not such a record (another version's, or damaged).
     init?(_ bytes: [UInt8]) {
-        guard let value = try? JSONParser.parse(bytes), let object = value.objectValue,
-            let address = object["address"]?.stringValue, let term = object["term"]?.intValue, term >= 0
-        else { return nil }
-        self.init(address: address, term: UInt64(term))
+        guard let value = try? JSONParser.parse(bytes), let record = try? JSONValueDecoder().decode(Self.self, from: value) else { return nil }
+        self = record
     }
 
     var bytes: [UInt8] {
         var out: [UInt8] = []
-        JSONWriter.write(["address": .string(address), "term": .number(Int(clamping: term))], into: &out)
+        if let value = try? JSONValueEncoder().encode(self) { JSONWriter.write(value, into: &out) }
         return out
     }
+}
+
+/// The leader key's value: `{"address": "HOST:PORT", "term": N}`.
+struct LeaderRecord: EtcdRecord, Equatable {
+    var address: String
+    var term: UInt64
 }
 
 /// The sync key's value: `{"leader", "term", "members": ["HOST:PORT", …]}`.
-struct SyncRecord: Equatable {
+struct SyncRecord: EtcdRecord, Equatable {
     var leader: String
     var term: UInt64
     var members: [String]
-
-    init(leader: String, term: UInt64, members: [String]) {
-        self.leader = leader
-        self.term = term
-        self.members = members
-    }
-
-    init?(_ bytes: [UInt8]) {
-        guard let value = try? JSONParser.parse(bytes), let object = value.objectValue,
-            let leader = object["leader"]?.stringValue, let term = object["term"]?.intValue, term >= 0,
-            let members = object["members"]?.arrayValue
-        else { return nil }
-        self.init(leader: leader, term: UInt64(term), members: members.compactMap(\.stringValue))
-    }
-
-    var bytes: [UInt8] {
-        var out: [UInt8] = []
-        JSONWriter.write(
-            ["leader": .string(leader), "term": .number(Int(clamping: term)), "members": .array(members.map { .string($0) })], into: &out)
-        return out
-    }
 }
 
 /// A member's key: `{"address", "term", "sequence", "role"}`.
-struct MemberRecord: Equatable {
+struct MemberRecord: EtcdRecord, Equatable {
     var address: String
     var term: UInt64
     var sequence: UInt64
     var role: String
-
-    init(address: String, term: UInt64, sequence: UInt64, role: String) {
-        self.address = address
-        self.term = term
-        self.sequence = sequence
-        self.role = role
-    }
-
-    init?(_ bytes: [UInt8]) {
-        guard let value = try? JSONParser.parse(bytes), let object = value.objectValue,
-            let address = object["address"]?.stringValue, let term = object["term"]?.intValue, term >= 0,
-            let sequence = object["sequence"]?.intValue, sequence >= 0
-        else { return nil }
-        self.init(address: address, term: UInt64(term), sequence: UInt64(sequence), role: object["role"]?.stringValue ?? "?")
-    }
-
-    var bytes: [UInt8] {
-        var out: [UInt8] = []
-        JSONWriter.write(
-            [
-                "address": .string(address), "term": .number(Int(clamping: term)), "sequence": .number(Int(clamping: sequence)),
-                "role": .string(role),
-            ], into: &out)
-        return out
-    }
 }

@@ -42,11 +42,7 @@ final class HistoryOrigin: @unchecked Sendable {
     /// Takes `id` (a leader's, when this directory's history is a copy of it) and writes it down.
     func adopt(_ id: String) throws {
         guard Self.isID(id), id != lock.withLock({ self.id }) else { return }
-        let fd = try FileIO.open(path, O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600)
-        defer { FileIO.close(fd) }
-        try Array("\(id)\n".utf8).withUnsafeBytes { try FileIO.writeAll(fd, $0, at: 0, path: path, faults: false) }
-        try FileIO.sync(fd, path: path, faults: false)
-        try FileIO.syncDirectory((path as NSString).deletingLastPathComponent)
+        try FileIO.replace(path, with: Array("\(id)\n".utf8), mode: 0o600, faults: false)
         lock.withLock { self.id = id }
     }
 }
