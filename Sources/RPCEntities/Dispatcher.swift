@@ -65,18 +65,16 @@ extension MutationLog {
 /// Thread-safe: any number of connection queues call `handle` at once; the entity state is guarded
 /// by one lock held only while a handler runs (decoding and encoding happen outside it).
 public final class Dispatcher: @unchecked Sendable {
-    // @unchecked: `state` is only touched with `lock` held. For the same reason it skips the
-    // run-time exclusivity check (~75 instructions an access: one a turn, so one a request when
-    // peers send one at a time); no access to it ever overlaps another on one thread.
+    // @unchecked: `state` is only touched with `lock` held, one `inout` access a batch.
     private let lock = SpinningLock()
-    @exclusivity(unchecked) private var state: Entities
+    private var state: Entities
     public let table: MethodTable<Entities>
     private let log: MutationLog?
     private let onCounterRequest: @Sendable (Request) -> Void
     /// What the service methods (`system.*`) read; nil: they answer `internal`.
     private let context: (any ServiceContext)?
     /// Set on a follower: why mutations from clients are refused (guarded by `lock`).
-    @exclusivity(unchecked) private var readOnlyMessage: String?
+    private var readOnlyMessage: String?
 
     public typealias Session = RPCEntities.Session
 
@@ -154,10 +152,8 @@ public final class Dispatcher: @unchecked Sendable {
     public struct Call: @unchecked Sendable {
         // @unchecked: `prepared` is a closure over the decoded param, run once under the state lock.
         let id: String
-        /// The method the reply calls, unretained: its table entry holds it for the dispatcher's
-        /// life, and a call runs only on the dispatcher that staged it (retaining it, or the
-        /// method's two strings, cost a retain and a release a request).
-        let result: Unmanaged<MethodHead>
+        /// The method the reply calls.
+        let result: MethodHead
         let form: WireForm
         let prepared: MethodTable<Entities>.Prepared
         let isMutation: Bool
@@ -332,7 +328,7 @@ public final class Dispatcher: @unchecked Sendable {
         }
         guard let prepared else { preconditionFailure("a call is prepared or answered") }
         calls.append(Call(
-            id: request.id, result: Unmanaged.passUnretained(entry.resultHead), form: form, prepared: prepared, isMutation: entry.isMutation, body: body,
+            id: request.id, result: entry.resultHead, form: form, prepared: prepared, isMutation: entry.isMutation, body: body,
             keyed: keyed))
         return .call
     }
@@ -366,8 +362,7 @@ public final class Dispatcher: @unchecked Sendable {
     }
 
     /// `run` with the lock held: the state is one `inout` access for the whole batch (each access
-    /// to a class's stored property is a dynamic exclusivity check, ~250 instructions, and a keyed
-    /// call made four). Whether a mutation was logged.
+    /// to a class's stored property is a run-time exclusivity check, and a keyed call made four). Whether a mutation was logged.
     private func run(
         _ calls: ArraySlice<Call>, state: inout Entities, readOnly: String?, into out: inout [UInt8],
         outcomes: inout [(served: Served, end: Int)], maxBytes: Int
@@ -381,10 +376,9 @@ public final class Dispatcher: @unchecked Sendable {
         var fence: UInt64?
         var fenceAsked = false
         let fencing = log?.fencesReads ?? false
-        // Calls are read in place, through a pointer: `for call in calls`, or passing `calls[index]`
-        // on, copied each one (a retain and a release for each of its strings, closure and arrays).
+        // Calls are read in place and passed on borrowed: `for call in calls` copied each one (a
+        // retain and a release for each of its strings, closure and arrays).
         calls.withUnsafeBufferPointer { calls in
-            guard let first = calls.baseAddress else { return }
             // Every call's record slot and key slot asked for before any runs (one call alone would
             // ask just before it looks: nothing to overlap). Only hashes are read: no string is retained.
             var anyKeyed = false
@@ -399,29 +393,26 @@ public final class Dispatcher: @unchecked Sendable {
             // One clock read for the batch's keyed calls (the time a key is remembered at).
             let now = anyKeyed ? crpc_monotonic_ns() : 0
             for index in calls.indices where out.count - start < maxBytes {
-                let call = first + index
                 var ticket: UInt64?
-                if logTakes == nil, call.pointee.isMutation, let log {
+                if logTakes == nil, calls[index].isMutation, let log {
                     logTakes = log.refusal(records: calls.count - index) == nil
                 }
-                let error = call.pointee.result._withUnsafeGuaranteedRef { head in
-                    RequestCodec.encode(id: call.pointee.id, head: head, form: call.pointee.form, into: &out) { out in
-                        let (error, applied) = apply(call, state: &state, readOnly: readOnly, logTakes: logTakes == true, now: now, into: &out)
-                        ticket = applied
-                        return error
-                    }
+                let error = RequestCodec.encode(id: calls[index].id, head: calls[index].result, form: calls[index].form, into: &out) { out in
+                    let (error, applied) = apply(calls[index], state: &state, readOnly: readOnly, logTakes: logTakes == true, now: now, into: &out)
+                    ticket = applied
+                    return error
                 }
                 if let applied = ticket {
                     logged = true
                     if fenceAsked { fence = max(fence ?? 0, applied) }
-                } else if fencing && !call.pointee.isMutation {
+                } else if fencing && !calls[index].isMutation {
                     if !fenceAsked {
                         fenceAsked = true
                         fence = log?.readFence()
                     }
                     ticket = fence
                 }
-                let disposition: Disposition = ticket.map { .replyAfter(ticket: $0, id: call.pointee.id) } ?? .reply
+                let disposition: Disposition = ticket.map { .replyAfter(ticket: $0, id: calls[index].id) } ?? .reply
                 outcomes.append((Served(disposition: disposition, failed: error != nil, known: true), out.count))
             }
         }
@@ -464,16 +455,16 @@ public final class Dispatcher: @unchecked Sendable {
     /// The call's key is read in place (its bytes where the journal body holds them): binding the
     /// whole `Keyed` copied its method, param and key, a retain and a release each, twice a keyed call.
     private func apply(
-        _ call: UnsafePointer<Call>, state: inout Entities, readOnly: String?, logTakes: Bool, now: UInt64, into out: inout [UInt8]
+        _ call: borrowing Call, state: inout Entities, readOnly: String?, logTakes: Bool, now: UInt64, into out: inout [UInt8]
     ) -> (RPCError?, UInt64?) {
-        if call.pointee.isMutation, let readOnly { return (.readOnly(readOnly), nil) }
-        guard let hash = call.pointee.keyed?.hash, let digest = call.pointee.keyed?.digest else {
+        if call.isMutation, let readOnly { return (.readOnly(readOnly), nil) }
+        guard let hash = call.keyed?.hash, let digest = call.keyed?.digest else {
             if let refused = refusal(of: call, logTakes: logTakes) { return (refused, nil) }
             return runPrepared(call, state: &state, into: &out)
         }
         return Self.withKeyBytes(of: call) { key in
             if let prior = state.keys.lookup(keyBytes: key, hash: hash, now: now) {
-                guard call.pointee.keyed?.matches(prior, body: call.pointee.body) == true else {
+                guard call.keyed?.matches(prior, body: call.body) == true else {
                     let shown = Echo.bytes(Keyed.unscoped(key), maxBytes: 128)
                     return (.keyReused("key \"\(shown)\" was first used with another method or param; use a new key for a new mutation"), nil)
                 }
@@ -496,27 +487,27 @@ public final class Dispatcher: @unchecked Sendable {
 
     /// Why the log takes no mutation now, for a mutation it did not take with its turn already.
     @inline(__always)
-    private func refusal(of call: UnsafePointer<Call>, logTakes: Bool) -> RPCError? {
-        guard call.pointee.isMutation, !logTakes, let log else { return nil }
+    private func refusal(of call: borrowing Call, logTakes: Bool) -> RPCError? {
+        guard call.isMutation, !logTakes, let log else { return nil }
         return log.refusalError()
     }
 
     /// Runs a call's prepared handler: a successful mutation is logged (its ticket returned).
     @inline(__always)
-    private func runPrepared(_ call: UnsafePointer<Call>, state: inout Entities, into out: inout [UInt8]) -> (RPCError?, UInt64?) {
-        if let error = call.pointee.prepared(&state, &out) { return (error, nil) }
-        guard call.pointee.isMutation else { return (nil, nil) }
-        return (nil, call.pointee.body.flatMap { log?.record($0) })
+    private func runPrepared(_ call: borrowing Call, state: inout Entities, into out: inout [UInt8]) -> (RPCError?, UInt64?) {
+        if let error = call.prepared(&state, &out) { return (error, nil) }
+        guard call.isMutation else { return (nil, nil) }
+        return (nil, call.body.flatMap { log?.record($0) })
     }
 
     /// Calls `body` with the UTF-8 bytes of a keyed call's key: where its journal body holds them,
     /// or its key's string.
     @inline(__always)
-    private static func withKeyBytes<R>(of call: UnsafePointer<Call>, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
-        switch call.pointee.keyed?.bytes {
+    private static func withKeyBytes<R>(of call: borrowing Call, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
+        switch call.keyed?.bytes {
         case .inBody(let range)?:
             // A key is `inBody` only where the call has the body that holds it.
-            return call.pointee.body!.bytes.withUnsafeBufferPointer { body(UnsafeBufferPointer(rebasing: $0[range])) }
+            return call.body!.bytes.withUnsafeBufferPointer { body(UnsafeBufferPointer(rebasing: $0[range])) }
         case .string(let string)?:
             return ExactUTF8.withBytes(string, body)
         case nil:

@@ -72,19 +72,14 @@ public struct SortedIDs: Sendable {
             return ExactUTF8.compare(string, other.string)
         }
 
-        /// `compare` for the key at `key` in a node's array: its prefix read in place, and the key
-        /// copied (its string retained) only when the prefixes tie. A search copied every key it
-        /// probed: an atomic increment and decrement on a string's storage, about a dozen times an
-        /// insert (a fifth of a durable create's time under the state lock, `perf`).
+        /// `compare` for a key read in place in a node's array (borrowed: a copy retained its string,
+        /// an atomic increment and decrement about a dozen times an insert).
         @inline(__always)
-        static func compare(_ key: UnsafePointer<Key>, _ other: Key) -> Int {
-            let high = key.pointer(to: \.high).unsafelyUnwrapped.pointee
-            if high != other.high { return high < other.high ? -1 : 1 }
-            let middle = key.pointer(to: \.middle).unsafelyUnwrapped.pointee
-            if middle != other.middle { return middle < other.middle ? -1 : 1 }
-            let low = key.pointer(to: \.low).unsafelyUnwrapped.pointee
-            if low != other.low { return low < other.low ? -1 : 1 }
-            return ExactUTF8.compare(key.pointee.string, other.string)
+        static func compare(_ key: borrowing Key, _ other: Key) -> Int {
+            if key.high != other.high { return key.high < other.high ? -1 : 1 }
+            if key.middle != other.middle { return key.middle < other.middle ? -1 : 1 }
+            if key.low != other.low { return key.low < other.low ? -1 : 1 }
+            return ExactUTF8.compare(key.string, other.string)
         }
     }
 
@@ -148,12 +143,11 @@ public struct SortedIDs: Sendable {
     @inline(__always)
     private static func partition(_ keys: [Key], _ key: Key, below: Int) -> Int {
         keys.withUnsafeBufferPointer { keys in
-            guard let first = keys.baseAddress else { return 0 }
             var low = 0
             var high = keys.count
             while low < high {
                 let mid = low + (high - low) / 2
-                if Key.compare(first + mid, key) < below { low = mid + 1 } else { high = mid }
+                if Key.compare(keys[mid], key) < below { low = mid + 1 } else { high = mid }
             }
             return low
         }
@@ -202,7 +196,7 @@ extension SortedIDs.Node {
         if isLeaf {
             let i = SortedIDs.lowerBound(keys, id)
             // Compared in place: `keys[i]` copied the key (a retain and a release of its id).
-            if i < keys.count && keys.withUnsafeBufferPointer({ SortedIDs.Key.compare($0.baseAddress! + i, id) }) == 0 { return (false, nil) }
+            if i < keys.count && keys.withUnsafeBufferPointer({ SortedIDs.Key.compare($0[i], id) }) == 0 { return (false, nil) }
             keys.insert(id, at: i)
             guard keys.count > SortedIDs.leafCapacity else { return (true, nil) }
             let right = Self(keys: Self.moveUpperHalf(from: &keys, keeping: keys.count / 2, leaving: SortedIDs.Key.placeholder, room: capacity + 1))

@@ -68,7 +68,7 @@ extension SortedIDs {
                     var j = 0
                     written = 0
                     while i < a.count && j < b.count {
-                        let order = Key.compare(UnsafePointer(a.baseAddress! + i), b[j])
+                        let order = Key.compare(a[i], b[j])
                         if order <= 0 {
                             // On a tie `b[j]` stays behind, a copy its run's release lets go.
                             Self.move(from: a, at: i, count: 1, to: out, at: written)

@@ -85,7 +85,7 @@ enum _JSONDecoding {
 @inline(__always)
 func _sameType<U, T>(_ value: U, as type: T.Type) -> T {
     precondition(T.self == U.self)
-    return withUnsafePointer(to: value) { $0.withMemoryRebound(to: T.self, capacity: 1) { $0.pointee } }
+    return unsafeBitCast(value, to: T.self)
 }
 
 final class _JSONValueDecoderImpl: Decoder {

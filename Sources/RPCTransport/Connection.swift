@@ -30,9 +30,8 @@ extension ConnectionDelegate {
 public final class Connection: @unchecked Sendable {
     // @unchecked: every `var` below is touched only on `loop.queue` (checked with preconditionOnLoop,
     // or in debug builds only with assertOnLoop on the per-request paths).
-    // For the same reason they skip the run-time exclusivity check (`@exclusivity(unchecked)`),
-    // which cost a thread-local access-set insertion (~75 instructions) per access, several per
-    // read and flush: at one request in flight, per request.
+    // For the same reason they are `Confined`: no run-time exclusivity check, which is several
+    // per read and flush, so per request at one request in flight.
 
     public enum CloseReason: Sendable, Equatable, CustomStringConvertible {
         /// The peer half-closed and every reply was sent.
@@ -91,50 +90,74 @@ public final class Connection: @unchecked Sendable {
         get { ownerContext }
         set { ownerContext = newValue }
     }
-    /// `context`'s storage: unchecked exclusivity, as no access overlaps another (the run-time
-    /// check was a thread-local lookup per line). Behind an accessor: a stored property read
-    /// directly from another module was checked all the same.
-    @exclusivity(unchecked) private var ownerContext: AnyObject?
+    /// The fields below, touched only on the owner's queue: see `Confined`.
+    private struct Fields {
+        var ownerContext: AnyObject?
+        var lastActivityAt: UInt64
+        var lineStartedAt: UInt64 = 0
+        var bytesIn: UInt64 = 0
+        var bytesOut: UInt64 = 0
+        var delegate: (any ConnectionDelegate)?
+        var framer: LineFramer
+        var reportedInput: Int = 0
+        var outbound: OutboundBuffer = OutboundBuffer()
+        var token: UInt64 = 0
+        var interest: IOInterest = []
+        var readClosed: Bool = false
+        var readPaused: Bool = false
+        var notifiesDrain: Bool = false
+        var exemptFromIdleTimeout: Bool = false
+        var closeReason: CloseReason?
+        var held: [(slot: UInt64, bytes: [UInt8]?)] = []
+        var deferrals: Int = 0
+        var finishingReason: CloseReason?
+        var heldBytes: Int = 0
+        var nextSlot: UInt64 = 0
+    }
+    private let confined: Confined<Fields>
+
+    /// `context`'s storage.
+    private var ownerContext: AnyObject? { _read { yield confined.value.ownerContext } _modify { yield &confined.value.ownerContext } }
     /// Uptime (in nanoseconds) of the last byte read or written; for idle timeouts.
-    @exclusivity(unchecked) public private(set) var lastActivityAt: UInt64
+    public private(set) var lastActivityAt: UInt64 { _read { yield confined.value.lastActivityAt } _modify { yield &confined.value.lastActivityAt } }
     /// Uptime (in nanoseconds) when the connection was made; for the authentication timeout.
     public let openedAt: UInt64
     /// Uptime (in nanoseconds) of the read that began the line not ended yet; 0 while no line is
     /// under way. For the line timeout: a peer that dribbles a line's bytes is never idle.
-    @exclusivity(unchecked) public private(set) var lineStartedAt: UInt64 = 0
+    public private(set) var lineStartedAt: UInt64 { _read { yield confined.value.lineStartedAt } _modify { yield &confined.value.lineStartedAt } }
     /// Bytes read from and sent to the peer (for statistics). Read on the loop queue.
-    @exclusivity(unchecked) public private(set) var bytesIn: UInt64 = 0
-    @exclusivity(unchecked) public private(set) var bytesOut: UInt64 = 0
+    public private(set) var bytesIn: UInt64 { _read { yield confined.value.bytesIn } _modify { yield &confined.value.bytesIn } }
+    public private(set) var bytesOut: UInt64 { _read { yield confined.value.bytesOut } _modify { yield &confined.value.bytesOut } }
 
     private let fd: Int32
     private let onReset: OnReset
     /// Strong, and let go at close (which ends the cycle with an owner that keeps its
     /// connections). Not `weak`: a weak reference gives the delegate a side table, and every
     /// retain and release of it (a few per line, from every loop) then takes the runtime's slow path.
-    @exclusivity(unchecked) private var delegate: (any ConnectionDelegate)?
-    @exclusivity(unchecked) private var framer: LineFramer
+    private var delegate: (any ConnectionDelegate)? { _read { yield confined.value.delegate } _modify { yield &confined.value.delegate } }
+    private var framer: LineFramer { _read { yield confined.value.framer } _modify { yield &confined.value.framer } }
     /// The framer's unfinished input as last reported to the loop's budget.
-    @exclusivity(unchecked) private var reportedInput = 0
-    @exclusivity(unchecked) private var outbound = OutboundBuffer()
+    private var reportedInput: Int { _read { yield confined.value.reportedInput } _modify { yield &confined.value.reportedInput } }
+    private var outbound: OutboundBuffer { _read { yield confined.value.outbound } _modify { yield &confined.value.outbound } }
     /// The loop's name for this fd; 0 until registered.
-    @exclusivity(unchecked) private var token: UInt64 = 0
-    @exclusivity(unchecked) private var interest: IOInterest = []
-    @exclusivity(unchecked) private var readClosed = false
+    private var token: UInt64 { _read { yield confined.value.token } _modify { yield &confined.value.token } }
+    private var interest: IOInterest { _read { yield confined.value.interest } _modify { yield &confined.value.interest } }
+    private var readClosed: Bool { _read { yield confined.value.readClosed } _modify { yield &confined.value.readClosed } }
     /// The owner asked for no more reads for now (`pauseReading`).
-    @exclusivity(unchecked) private var readPaused = false
+    private var readPaused: Bool { _read { yield confined.value.readPaused } _modify { yield &confined.value.readPaused } }
     /// Call `connectionDidDrain` when output that waited for writability is all sent.
-    @exclusivity(unchecked) public var notifiesDrain = false
+    public var notifiesDrain: Bool { _read { yield confined.value.notifiesDrain } _modify { yield &confined.value.notifiesDrain } }
     /// Never idle (a change feed's subscriber waits quietly for changes).
-    @exclusivity(unchecked) public var exemptFromIdleTimeout = false
-    @exclusivity(unchecked) private var closeReason: CloseReason?
+    public var exemptFromIdleTimeout: Bool { _read { yield confined.value.exemptFromIdleTimeout } _modify { yield &confined.value.exemptFromIdleTimeout } }
+    private var closeReason: CloseReason? { _read { yield confined.value.closeReason } _modify { yield &confined.value.closeReason } }
     /// Replies that must wait for an earlier reserved one: oldest first.
-    @exclusivity(unchecked) private var held: [(slot: UInt64, bytes: [UInt8]?)] = []
+    private var held: [(slot: UInt64, bytes: [UInt8]?)] { _read { yield confined.value.held } _modify { yield &confined.value.held } }
     /// Owners that will send replies later in this turn (`beginDeferredReplies`).
-    @exclusivity(unchecked) private var deferrals = 0
+    private var deferrals: Int { _read { yield confined.value.deferrals } _modify { yield &confined.value.deferrals } }
     /// Why the connection closes once its output is sent (`closeAfterFlush`).
-    @exclusivity(unchecked) private var finishingReason: CloseReason?
-    @exclusivity(unchecked) private var heldBytes = 0
-    @exclusivity(unchecked) private var nextSlot: UInt64 = 0
+    private var finishingReason: CloseReason? { _read { yield confined.value.finishingReason } _modify { yield &confined.value.finishingReason } }
+    private var heldBytes: Int { _read { yield confined.value.heldBytes } _modify { yield &confined.value.heldBytes } }
+    private var nextSlot: UInt64 { _read { yield confined.value.nextSlot } _modify { yield &confined.value.nextSlot } }
     /// The connection's TLS, or nil for plain TCP; `outbound` then holds plaintext.
     let tls: TLSSession?
 
@@ -150,10 +173,9 @@ public final class Connection: @unchecked Sendable {
         self.loop = loop
         self.limits = limits
         self.onReset = onReset
-        self.delegate = delegate
-        self.framer = LineFramer(maxFrameBytes: limits.maxFrameBytes)
-        self.lastActivityAt = DispatchTime.now().uptimeNanoseconds
-        self.openedAt = lastActivityAt
+        let now = DispatchTime.now().uptimeNanoseconds
+        confined = Confined(Fields(lastActivityAt: now, delegate: delegate, framer: LineFramer(maxFrameBytes: limits.maxFrameBytes)))
+        self.openedAt = now
     }
 
     deinit {

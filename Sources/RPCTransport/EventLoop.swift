@@ -18,8 +18,7 @@ import Darwin
 /// buffer per loop, not per connection, keeps idle connections small.
 public final class EventLoop: @unchecked Sendable {
     // @unchecked: every `var` is touched only on `queue`, which is serial (preconditionOnLoop);
-    // those touched on every turn, read or event skip the run-time exclusivity check for the
-    // same reason (~75 instructions an access).
+    // those touched on every turn, read or event are `Confined` for the same reason.
     public let queue: DispatchQueue
     /// Its place in its group (0 for a loop on its own).
     public let index: Int
@@ -27,30 +26,47 @@ public final class EventLoop: @unchecked Sendable {
     private let selector: Selector
     private var source: (any DispatchSourceRead)?
     private let events: UnsafeMutableBufferPointer<Selector.Event>
+    /// The fields below, touched only on the owner's queue: see `Confined`.
+    private struct Fields {
+        var slots: [Connection?] = []
+        var generations: [UInt32] = []
+        var freeSlots: [Int] = []
+        var now: UInt64
+        var turnNanoseconds: UInt64 = 0
+        var lingeredNanoseconds: UInt64 = 0
+        var polledNanoseconds: UInt64 = 0
+        var emptyPolls: Int = 0
+        var turns: Int = 0
+        var bufferedInput: Int = 0
+        var turnUnderWay: Bool = false
+        var pollsBeforeSleeping: Bool = false
+    }
+    private let confined: Confined<Fields>
+
     /// Registered connections by slot. A connection's token is its slot plus one (token 0 is the
     /// wake pipe) and, in the high half, the slot's generation, bumped each time the slot is
     /// taken: an event still queued for a connection that left finds nothing, even once its slot
     /// is someone else's. An array, not a dictionary by token: no hashing per event.
-    @exclusivity(unchecked) private var slots: [Connection?] = []
-    @exclusivity(unchecked) private var generations: [UInt32] = []
-    @exclusivity(unchecked) private var freeSlots: [Int] = []
+    private var slots: [Connection?] { _read { yield confined.value.slots } _modify { yield &confined.value.slots } }
+    private var generations: [UInt32] { _read { yield confined.value.generations } _modify { yield &confined.value.generations } }
+    private var freeSlots: [Int] { _read { yield confined.value.freeSlots } _modify { yield &confined.value.freeSlots } }
     /// Uptime in nanoseconds at the start of the current turn (one clock read per turn).
-    @exclusivity(unchecked) public private(set) var now: UInt64
+    public private(set) var now: UInt64 { _read { yield confined.value.now } _modify { yield &confined.value.now } }
 
     /// Where the loop's time went, for `system.stats`: nanoseconds of its turns, the part of them
     /// spent waiting in a linger (so the rest is serving, or preempted while serving), and how
     /// many turns. A loop whose serving time nears the elapsed time is the daemon's bottleneck.
-    @exclusivity(unchecked) public private(set) var turnNanoseconds: UInt64 = 0
-    @exclusivity(unchecked) public private(set) var lingeredNanoseconds: UInt64 = 0
+    public private(set) var turnNanoseconds: UInt64 { _read { yield confined.value.turnNanoseconds } _modify { yield &confined.value.turnNanoseconds } }
+    public private(set) var lingeredNanoseconds: UInt64 { _read { yield confined.value.lingeredNanoseconds } _modify { yield &confined.value.lingeredNanoseconds } }
     /// The part of the lingered time spent polling without sleeping (`busyPollNanoseconds`).
-    @exclusivity(unchecked) public private(set) var polledNanoseconds: UInt64 = 0
+    public private(set) var polledNanoseconds: UInt64 { _read { yield confined.value.polledNanoseconds } _modify { yield &confined.value.polledNanoseconds } }
     /// The polls (`epoll_wait` calls) that found nothing while polling: system calls a busy poll spent.
-    @exclusivity(unchecked) private(set) var emptyPolls = 0
-    @exclusivity(unchecked) public private(set) var turns = 0
+    private(set) var emptyPolls: Int { _read { yield confined.value.emptyPolls } _modify { yield &confined.value.emptyPolls } }
+    public private(set) var turns: Int { _read { yield confined.value.turns } _modify { yield &confined.value.turns } }
 
     /// Bytes of unfinished lines held by this loop's connections, and the most they may hold
     /// before the largest holders are shed (`Int.max`: no bound).
-    @exclusivity(unchecked) public private(set) var bufferedInput = 0
+    public private(set) var bufferedInput: Int { _read { yield confined.value.bufferedInput } _modify { yield &confined.value.bufferedInput } }
     public var inputBudget = Int.max
 
     /// Called on the loop queue when a connection is shed to keep within `inputBudget`.
@@ -63,10 +79,8 @@ public final class EventLoop: @unchecked Sendable {
     /// Whether a turn is under way (lines delivered outside one, e.g. after `resumeReading`, get
     /// no `onTurnEnd`).
     public var inTurn: Bool { turnUnderWay }
-    /// `inTurn`, touched only on the loop's queue: unchecked, since the server asks for every
-    /// request and reading a stored `var` from another module cost a run-time exclusivity check
-    /// (~75 instructions) each time.
-    @exclusivity(unchecked) private var turnUnderWay = false
+    /// `inTurn`'s storage: the server asks for it on every request.
+    private var turnUnderWay: Bool { _read { yield confined.value.turnUnderWay } _modify { yield &confined.value.turnUnderWay } }
     /// Set by the owner during a turn (while serving, or in `onTurnEnd`) when waiting for the
     /// next event would not help: its replies wait for something else anyway (an fsync), and
     /// requests that gather meanwhile are better served together. Cleared at each turn's start.
@@ -84,7 +98,7 @@ public final class EventLoop: @unchecked Sendable {
     /// before: polling at once broke a pipelining peer's requests into smaller reads.
     public var busyPollNanoseconds = 0
     /// The last turn waited a quarter or more of its time: its lingers poll first (`busyPollNanoseconds`).
-    @exclusivity(unchecked) private var pollsBeforeSleeping = false
+    private var pollsBeforeSleeping: Bool { _read { yield confined.value.pollsBeforeSleeping } _modify { yield &confined.value.pollsBeforeSleeping } }
 
     /// A pipe in the epoll set that `wake()` writes to (nil until `onWake(_:)`), and what to run then.
     private var wakePipe: (read: Int32, write: Int32)?
@@ -92,7 +106,7 @@ public final class EventLoop: @unchecked Sendable {
     /// Raised by `wake()` until the loop runs the handler (`crpc_wake_flag_*`, atomic): the loop
     /// takes it between the connections it serves, not only when the pipe's turn in the ready
     /// list comes, and a wake that finds it raised writes nothing.
-    private let wakeFlag: UnsafeMutablePointer<Int32>
+    private let wakeFlag = WakeFlag()
 
     /// With `ownThread` (Linux), the loop waits for its set on a thread of its own and runs each
     /// turn there (`serveOnOwnThread`); otherwise a Dispatch read source on the set starts its
@@ -104,9 +118,7 @@ public final class EventLoop: @unchecked Sendable {
         readBuffer = .allocate(byteCount: max(1, readBufferBytes), alignment: 16)
         events = .allocate(capacity: 256)
         events.initialize(repeating: Selector.Event())
-        // A cache line of its own: raised from other threads, read by this one on every event.
-        wakeFlag = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64).initializeMemory(as: Int32.self, repeating: 0, count: 16)
-        now = DispatchTime.now().uptimeNanoseconds
+        confined = Confined(Fields(now: DispatchTime.now().uptimeNanoseconds))
         #if canImport(Glibc)
         if ownThread {
             try serveOnOwnThread(name: label)
@@ -134,24 +146,13 @@ public final class EventLoop: @unchecked Sendable {
     /// The thread holds the loop only while it waits (at most a second) and serves: a loop no
     /// one else holds is freed at the thread's next wait, and the thread ends.
     private func serveOnOwnThread(name: String) throws(Errno) {
-        let start = LoopThreadStart { [weak self] in
+        let start: @Sendable () -> Void = { [weak self] in
             crpc_set_thread_name(name)
             while let loop = self {
                 guard loop.awaitTurn() else { return }
             }
         }
-        var thread = pthread_t()
-        let context = Unmanaged.passRetained(start).toOpaque()
-        let result = pthread_create(&thread, nil, { context in
-            guard let context else { return nil }
-            Unmanaged<LoopThreadStart>.fromOpaque(context).takeRetainedValue().body()
-            return nil
-        }, context)
-        guard result == 0 else {
-            Unmanaged<LoopThreadStart>.fromOpaque(context).release()
-            throw Errno(result, call: "pthread_create")
-        }
-        pthread_detach(thread)
+        try Syscall.startDetachedThread(start)
     }
 
     /// Waits up to a second for the set to be ready, then runs a turn on the loop's queue.
@@ -197,7 +198,7 @@ public final class EventLoop: @unchecked Sendable {
     /// Makes the loop run its `onWake` handler soon. Any thread; one write(2), unless a wake
     /// is already pending.
     public func wake() {
-        guard let wakePipe, crpc_wake_flag_raise(wakeFlag) == 0 else { return }
+        guard let wakePipe, wakeFlag.raise() else { return }
         var byte: UInt8 = 1
         _ = write(wakePipe.write, &byte, 1)  // a full pipe already holds a wake
     }
@@ -216,12 +217,12 @@ public final class EventLoop: @unchecked Sendable {
     /// every event cost more than it saved.
     @inline(__always)
     private func takeWake() {
-        if crpc_wake_flag_raised(wakeFlag) != 0 { runWake() }
+        if wakeFlag.isRaised { runWake() }
     }
 
     @inline(never)
     private func runWake() {
-        if crpc_wake_flag_take(wakeFlag) != 0 { wakeHandler?() }
+        if wakeFlag.take() { wakeHandler?() }
     }
 
     deinit {
@@ -235,7 +236,6 @@ public final class EventLoop: @unchecked Sendable {
         if let source { source.cancel() } else { Syscall.close(selector.fd) }
         readBuffer.deallocate()
         events.deallocate()
-        UnsafeMutableRawPointer(wakeFlag).deallocate()
     }
 
     public func preconditionOnLoop() { dispatchPrecondition(condition: .onQueue(queue)) }
@@ -337,7 +337,7 @@ public final class EventLoop: @unchecked Sendable {
                     // The next poll a moment later, not at once (`pollSpacingNanoseconds`); sooner
                     // when a wake is raised (its pipe is in the set).
                     let next = min(polled &+ Self.pollSpacingNanoseconds, pollEnd)
-                    while polled < next && crpc_wake_flag_raised(wakeFlag) == 0 {
+                    while polled < next && !wakeFlag.isRaised {
                         crpc_cpu_relax()
                         polled = DispatchTime.now().uptimeNanoseconds
                     }
@@ -424,12 +424,6 @@ public final class EventLoop: @unchecked Sendable {
             onShed?(connection.id, bytes)
         }
     }
-}
-
-/// What a loop's own thread runs (`pthread_create` takes one pointer).
-private final class LoopThreadStart: Sendable {
-    let body: @Sendable () -> Void
-    init(_ body: @escaping @Sendable () -> Void) { self.body = body }
 }
 
 /// A fixed set of loops handed out round-robin.

@@ -132,35 +132,4 @@ public enum SocketAddress: Sendable, CustomStringConvertible {
         case .unix(let path): return "unix:\(path)"
         }
     }
-
-    func withSockAddr<R>(_ body: (UnsafePointer<sockaddr>, socklen_t) throws(Errno) -> R) throws(Errno) -> R {
-        switch self {
-        case .ipv4(var address):
-            return try withUnsafePointer(to: &address) { pointer throws(Errno) in
-                try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sockaddr throws(Errno) in
-                    try body(sockaddr, socklen_t(MemoryLayout<sockaddr_in>.size))
-                }
-            }
-        case .ipv6(var address):
-            return try withUnsafePointer(to: &address) { pointer throws(Errno) in
-                try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sockaddr throws(Errno) in
-                    try body(sockaddr, socklen_t(MemoryLayout<sockaddr_in6>.size))
-                }
-            }
-        case .unix(let path):
-            var address = sockaddr_un()
-            address.sun_family = sa_family_t(AF_UNIX)
-            let bytes = Array(path.utf8)
-            guard bytes.count <= Self.maxUnixPathBytes else { throw Errno(ENAMETOOLONG, call: "unix socket \(path)") }
-            withUnsafeMutableBytes(of: &address.sun_path) { raw in
-                for (index, byte) in bytes.enumerated() { raw[index] = byte }
-            }
-            let length = socklen_t((MemoryLayout<sockaddr_un>.offset(of: \sockaddr_un.sun_path) ?? 2) + bytes.count + 1)
-            return try withUnsafePointer(to: &address) { pointer throws(Errno) in
-                try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sockaddr throws(Errno) in
-                    try body(sockaddr, length)
-                }
-            }
-        }
-    }
 }

@@ -1,3 +1,4 @@
+import CRPCLinux
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -197,3 +198,172 @@ private let stdSend = Darwin.send
 private let stdShutdown = Darwin.shutdown
 private let stdClose = Darwin.close
 #endif
+
+// MARK: - Addresses, threads and flags: the pointers the calls above need, in one place
+
+extension SocketAddress {
+    /// The address as the `sockaddr` and length bind(2), connect(2) and sendto(2) take.
+    func withSockAddr<R>(_ body: (UnsafePointer<sockaddr>, socklen_t) throws(Errno) -> R) throws(Errno) -> R {
+        switch self {
+        case .ipv4(var address):
+            return try withUnsafePointer(to: &address) { pointer throws(Errno) in
+                try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sockaddr throws(Errno) in
+                    try body(sockaddr, socklen_t(MemoryLayout<sockaddr_in>.size))
+                }
+            }
+        case .ipv6(var address):
+            return try withUnsafePointer(to: &address) { pointer throws(Errno) in
+                try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sockaddr throws(Errno) in
+                    try body(sockaddr, socklen_t(MemoryLayout<sockaddr_in6>.size))
+                }
+            }
+        case .unix(let path):
+            var address = sockaddr_un()
+            address.sun_family = sa_family_t(AF_UNIX)
+            let bytes = Array(path.utf8)
+            guard bytes.count <= Self.maxUnixPathBytes else { throw Errno(ENAMETOOLONG, call: "unix socket \(path)") }
+            withUnsafeMutableBytes(of: &address.sun_path) { raw in
+                for (index, byte) in bytes.enumerated() { raw[index] = byte }
+            }
+            let length = socklen_t((MemoryLayout<sockaddr_un>.offset(of: \sockaddr_un.sun_path) ?? 2) + bytes.count + 1)
+            return try withUnsafePointer(to: &address) { pointer throws(Errno) in
+                try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sockaddr throws(Errno) in
+                    try body(sockaddr, length)
+                }
+            }
+        }
+    }
+}
+
+extension Syscall {
+    /// Starts a detached thread that runs `body` (pthread_create).
+    static func startDetachedThread(_ body: @escaping @Sendable () -> Void) throws(Errno) {
+        var thread = pthread_t()
+        let context = Unmanaged.passRetained(ThreadStart(body)).toOpaque()
+        let result = pthread_create(&thread, nil, { context in
+            guard let context else { return nil }
+            Unmanaged<ThreadStart>.fromOpaque(context).takeRetainedValue().body()
+            return nil
+        }, context)
+        guard result == 0 else {
+            Unmanaged<ThreadStart>.fromOpaque(context).release()
+            throw Errno(result, call: "pthread_create")
+        }
+        pthread_detach(thread)
+    }
+}
+
+/// What a new thread runs, passed through pthread_create's context pointer.
+private final class ThreadStart: Sendable {
+    let body: @Sendable () -> Void
+    init(_ body: @escaping @Sendable () -> Void) { self.body = body }
+}
+
+/// A flag raised from any thread and taken by one (`crpc_wake_flag_*`, atomic), on a cache line
+/// of its own: the thread that takes it reads it on every event.
+final class WakeFlag: @unchecked Sendable {
+    // @unchecked: the word is only touched through the atomic C functions.
+    private let word: UnsafeMutablePointer<Int32>
+
+    init() {
+        word = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64).initializeMemory(as: Int32.self, repeating: 0, count: 16)
+    }
+
+    deinit { UnsafeMutableRawPointer(word).deallocate() }
+
+    /// Raises the flag: true if it was down (the caller then signals the taker).
+    @inline(__always) func raise() -> Bool { crpc_wake_flag_raise(word) == 0 }
+    @inline(__always) var isRaised: Bool { crpc_wake_flag_raised(word) != 0 }
+    /// Lowers the flag: true if it was raised.
+    @inline(__always) func take() -> Bool { crpc_wake_flag_take(word) != 0 }
+}
+
+/// Typed wrappers for the unix datagram socket of sd_notify and for inspecting inherited sockets.
+extension Syscall {
+    /// Sends one datagram to the unix socket `path`. A leading `@` names an abstract socket: it
+    /// becomes a NUL byte and the address length is offsetof(sun_path) + name length, with no
+    /// trailing NUL (getting this wrong is faljse/SDNotify#7).
+    public static func sendDatagram(_ fd: Int32, _ bytes: [UInt8], toUnixPath path: String) throws(Errno) {
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        var name = Array(path.utf8)
+        let abstract = name.first == UInt8(ascii: "@")
+        if abstract { name[0] = 0 }
+        let capacity = MemoryLayout.size(ofValue: address.sun_path)
+        // A filesystem path needs room for its terminating NUL; an abstract name does not have one.
+        guard !name.isEmpty, name.count <= (abstract ? capacity : capacity - 1) else {
+            throw Errno(ENAMETOOLONG, call: "sendto(\(path))")
+        }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (index, byte) in name.enumerated() { raw[index] = byte }
+        }
+        let pathOffset = MemoryLayout<sockaddr_un>.offset(of: \sockaddr_un.sun_path) ?? 2
+        let length = socklen_t(pathOffset + name.count + (abstract ? 0 : 1))
+        // Array.withUnsafeBytes only rethrows untyped errors: pass the result out as a value.
+        let result: Result<Int, Errno> = withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sockaddr in
+                bytes.withUnsafeBytes { raw in
+                    Result { () throws(Errno) in
+                        try retrying("sendto(\(path))") { sendto(fd, raw.baseAddress, raw.count, noSignal, sockaddr, length) }
+                    }
+                }
+            }
+        }
+        _ = try result.get()
+    }
+
+    /// An integer socket option (e.g. SO_TYPE, SO_ACCEPTCONN).
+    public static func intOption(_ fd: Int32, level: Int32, name: Int32) throws(Errno) -> Int32 {
+        var value: Int32 = 0
+        var length = socklen_t(MemoryLayout<Int32>.size)
+        _ = try retrying("getsockopt") { getsockopt(fd, level, name, &value, &length) }
+        return value
+    }
+}
+
+/// Who is at the other end of a Unix stream socket, as the kernel vouches (`SO_PEERCRED`).
+public struct PeerCredentials: Sendable, Equatable {
+    public var pid: Int32
+    public var uid: UInt32
+    public var gid: UInt32
+    public init(pid: Int32, uid: UInt32, gid: UInt32) {
+        self.pid = pid
+        self.uid = uid
+        self.gid = gid
+    }
+}
+
+#if os(Linux)
+extension Syscall {
+    /// The peer's pid, uid and gid at connect time (`getsockopt(SO_PEERCRED)`; `struct ucred`'s
+    /// layout, which Swift's Glibc module does not export).
+    public static func peerCredentials(_ fd: Int32) throws(Errno) -> PeerCredentials {
+        var credentials = PeerCredentials(pid: 0, uid: UInt32.max, gid: UInt32.max)
+        var length = socklen_t(MemoryLayout<PeerCredentials>.size)
+        _ = try retrying("getsockopt(SO_PEERCRED)") { getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) }
+        return credentials
+    }
+}
+#endif
+
+extension Syscall {
+    /// The uid of the user called `name` (`getpwnam_r`), or nil if there is none. The buffer grows
+    /// on ERANGE; EINTR is retried. getpwnam_r reports errors as its return value, not in `errno`.
+    public static func userID(named name: String) throws(Errno) -> UInt32? {
+        var size = max(1024, Int(sysconf(Int32(_SC_GETPW_R_SIZE_MAX))))
+        while true {
+            var entry = passwd()
+            var result: UnsafeMutablePointer<passwd>?
+            var buffer = [CChar](repeating: 0, count: size)
+            let code = getpwnam_r(name, &entry, &buffer, size, &result)
+            switch code {
+            case 0: return result == nil ? nil : entry.pw_uid
+            case EINTR: continue
+            case ERANGE where size < 1 << 20: size *= 2
+            // getpwnam_r(3): "The given name or uid was not found" may also come as these.
+            case ENOENT, ESRCH, EBADF, EPERM: return nil
+            default: throw Errno(code, call: "getpwnam_r(\(name))")
+            }
+        }
+    }
+}

@@ -333,7 +333,9 @@ public final class TLSSession {
             while true {
                 index = X509_NAME_get_index_by_NID(subject, NID_commonName, index)
                 guard index >= 0, let entry = X509_NAME_get_entry(subject, index), let data = X509_NAME_ENTRY_get_data(entry) else { break }
-                if let name = Self.string(data) { names.append(name) }
+                if let bytes = ASN1_STRING_get0_data(data), ASN1_STRING_length(data) > 0 {
+                    names.append(String(decoding: UnsafeBufferPointer(start: bytes, count: Int(ASN1_STRING_length(data))), as: UTF8.self))
+                }
             }
         }
         if let raw = X509_get_ext_d2i(certificate, NID_subject_alt_name, nil, nil) {
@@ -341,17 +343,13 @@ public final class TLSSession {
             let count = OPENSSL_sk_num(general)
             for index in 0..<max(0, count) {
                 guard let item = OPENSSL_sk_value(general, index)?.assumingMemoryBound(to: GENERAL_NAME.self) else { continue }
-                if item.pointee.type == GEN_DNS, let name = Self.string(item.pointee.d.dNSName) { names.append(name) }
+                guard item.pointee.type == GEN_DNS, let data = item.pointee.d.dNSName, let bytes = ASN1_STRING_get0_data(data) else { continue }
+                if ASN1_STRING_length(data) > 0 {
+                    names.append(String(decoding: UnsafeBufferPointer(start: bytes, count: Int(ASN1_STRING_length(data))), as: UTF8.self))
+                }
             }
             GENERAL_NAMES_free(general)
         }
         return names
-    }
-
-    private static func string(_ data: UnsafeMutablePointer<ASN1_STRING>?) -> String? {
-        guard let data, let bytes = ASN1_STRING_get0_data(data) else { return nil }
-        let length = Int(ASN1_STRING_length(data))
-        guard length > 0 else { return nil }
-        return String(decoding: UnsafeBufferPointer(start: bytes, count: length), as: UTF8.self)
     }
 }

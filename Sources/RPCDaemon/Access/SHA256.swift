@@ -39,12 +39,12 @@ struct SHA256 {
             pending.append(contentsOf: bytes[0..<take])
             start = take
             guard pending.count == 64 else { return }
-            pending.withUnsafeBufferPointer { compress($0.baseAddress!) }
+            pending.withUnsafeBufferPointer { compress($0) }
             pending.removeAll(keepingCapacity: true)
         }
         bytes.withUnsafeBufferPointer { buffer in
             while buffer.count - start >= 64 {
-                compress(buffer.baseAddress! + start)
+                compress(UnsafeBufferPointer(rebasing: buffer[start..<start + 64]))
                 start += 64
             }
         }
@@ -59,7 +59,7 @@ struct SHA256 {
         while tail.count % 64 != 56 { tail.append(0) }
         for shift in stride(from: 56, through: 0, by: -8) { tail.append(UInt8(truncatingIfNeeded: bits >> UInt64(shift))) }
         tail.withUnsafeBufferPointer { buffer in
-            for block in stride(from: 0, to: buffer.count, by: 64) { compress(buffer.baseAddress! + block) }
+            for block in stride(from: 0, to: buffer.count, by: 64) { compress(UnsafeBufferPointer(rebasing: buffer[block..<block + 64])) }
         }
         pending.removeAll()
         let words = [state.0, state.1, state.2, state.3, state.4, state.5, state.6, state.7]
@@ -67,7 +67,7 @@ struct SHA256 {
     }
 
     /// FIPS 180-4 6.2.2: one 64-byte block into the state.
-    private mutating func compress(_ block: UnsafePointer<UInt8>) {
+    private mutating func compress(_ block: UnsafeBufferPointer<UInt8>) {
         state = withUnsafeTemporaryAllocation(of: UInt32.self, capacity: 64) { w in
             Self.compress(block, into: state, schedule: w)
         }
@@ -75,7 +75,7 @@ struct SHA256 {
 
     private typealias State = (UInt32, UInt32, UInt32, UInt32, UInt32, UInt32, UInt32, UInt32)
 
-    private static func compress(_ block: UnsafePointer<UInt8>, into state: State, schedule w: UnsafeMutableBufferPointer<UInt32>) -> State {
+    private static func compress(_ block: UnsafeBufferPointer<UInt8>, into state: State, schedule w: UnsafeMutableBufferPointer<UInt32>) -> State {
         for t in 0..<16 {
             w[t] = UInt32(block[4 * t]) << 24 | UInt32(block[4 * t + 1]) << 16 | UInt32(block[4 * t + 2]) << 8 | UInt32(block[4 * t + 3])
         }

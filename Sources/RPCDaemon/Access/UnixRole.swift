@@ -66,25 +66,3 @@ public struct UnixRole: Equatable, Sendable {
         roles.map { "\($0.uid):\($0.role.rawValue)" }.joined(separator: ", ")
     }
 }
-
-extension Syscall {
-    /// The uid of the user called `name` (`getpwnam_r`), or nil if there is none. The buffer grows
-    /// on ERANGE; EINTR is retried. getpwnam_r reports errors as its return value, not in `errno`.
-    static func userID(named name: String) throws(Errno) -> UInt32? {
-        var size = max(1024, Int(sysconf(Int32(_SC_GETPW_R_SIZE_MAX))))
-        while true {
-            var entry = passwd()
-            var result: UnsafeMutablePointer<passwd>?
-            var buffer = [CChar](repeating: 0, count: size)
-            let code = getpwnam_r(name, &entry, &buffer, size, &result)
-            switch code {
-            case 0: return result == nil ? nil : entry.pw_uid
-            case EINTR: continue
-            case ERANGE where size < 1 << 20: size *= 2
-            // getpwnam_r(3): "The given name or uid was not found" may also come as these.
-            case ENOENT, ESRCH, EBADF, EPERM: return nil
-            default: throw Errno(code, call: "getpwnam_r(\(name))")
-            }
-        }
-    }
-}

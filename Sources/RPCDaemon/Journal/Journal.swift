@@ -26,13 +26,20 @@ final class Journal: MutationLog, @unchecked Sendable {
     let groupCommitDelayMicroseconds: UInt32
     let log: Logger
     let lock = SpinningLock()
-    /// Guarded by `lock`, and never accessed while another access to it is under way: unchecked,
-    /// as the run-time exclusivity check (~75 instructions) ran for every mutation recorded.
-    @exclusivity(unchecked) var commit: GroupCommit
+    /// The fields below, touched only on the owner's queue: see `Confined`.
+    private struct Fields {
+        var commit: GroupCommit
+        var writerStartPending: Bool = false
+        var writerWakePending: Bool = false
+    }
+    private let confined: Confined<Fields>
+
+    /// Guarded by `lock`, and never accessed while another access to it is under way (`Confined`).
+    var commit: GroupCommit { _read { yield confined.value.commit } _modify { yield &confined.value.commit } }
     /// A record found the writer idle; `recorded()` starts it. Guarded by `lock`.
-    @exclusivity(unchecked) var writerStartPending = false
+    var writerStartPending: Bool { _read { yield confined.value.writerStartPending } _modify { yield &confined.value.writerStartPending } }
     /// A record ended the writer's wait for returning peers; `recorded()` wakes it. Guarded by `lock`.
-    @exclusivity(unchecked) var writerWakePending = false
+    var writerWakePending: Bool { _read { yield confined.value.writerWakePending } _modify { yield &confined.value.writerWakePending } }
     /// What the writer sleeps on while it waits for returning peers (`awaitReturning`). A
     /// semaphore, whose timeout is on the monotonic clock (a condition's is on the wall clock,
     /// which can be set back) and which keeps a signal given before the wait.
@@ -88,7 +95,7 @@ final class Journal: MutationLog, @unchecked Sendable {
         self.policy = policy
         self.compactAfterBytes = compactAfterBytes
         self.log = log
-        self.commit = GroupCommit(lastSeq: lastSeq, maxBehindBytes: maxBehindBytes)
+        confined = Confined(Fields(commit: GroupCommit(lastSeq: lastSeq, maxBehindBytes: maxBehindBytes)))
         let created = !FileIO.exists(directory.journal)
         fd = try FileIO.open(directory.journal, O_WRONLY | O_CREAT)
         if created { try FileIO.syncDirectory(directory.path) }

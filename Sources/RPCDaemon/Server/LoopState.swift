@@ -39,12 +39,18 @@ final class LoopState: @unchecked Sendable {
     /// Replies released by journal fsyncs, handed to this loop in one hop per batch.
     let released: ReleasedReplies
     private var connections: [UInt64: Connection] = [:]
-    /// Unchecked exclusivity, like the batch's arrays: one queue, no overlapping access, and the
-    /// run-time check cost every request's count a thread-local lookup.
-    @exclusivity(unchecked) private var counts: [RPCMethod: Count] = [:]
+    /// The fields below, touched only on the owner's queue: see `Confined`.
+    private struct Fields {
+        var counts: [RPCMethod: Count] = [:]
+        var run: (method: RPCMethod, count: Count)?
+    }
+    private let confined: Confined<Fields>
+
+    /// `Confined`, like the batch's fields: every request is counted.
+    private var counts: [RPCMethod: Count] { _read { yield confined.value.counts } _modify { yield &confined.value.counts } }
     /// The method counted last and its count since, added to `counts` when another comes: a
     /// peer's read is mostly one method, and finding it in `counts` hashed both its strings.
-    @exclusivity(unchecked) private var run: (method: RPCMethod, count: Count)?
+    private var run: (method: RPCMethod, count: Count)? { _read { yield confined.value.run } _modify { yield &confined.value.run } }
     /// Bytes of connections already closed.
     private var closedBytesIn: UInt64 = 0
     private var closedBytesOut: UInt64 = 0
@@ -53,6 +59,7 @@ final class LoopState: @unchecked Sendable {
 
     init(loop: EventLoop) {
         self.loop = loop
+        confined = Confined(Fields())
         self.released = ReleasedReplies(loop: loop)
     }
 

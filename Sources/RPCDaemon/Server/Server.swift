@@ -79,29 +79,37 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     }
 
     /// Per-connection state kept in `Connection.context`.
-    /// Confined to the connection's loop; `@exclusivity(unchecked)` as `TurnBatch`'s arrays are.
+    /// Confined to the connection's loop, as `TurnBatch`'s fields are.
     final class SessionBox {
-        /// The connection's loop's batch and counters (a connection stays on its loop), unretained:
-        /// the server's `turns` and `loopStates` keep them for its lifetime. Borrowed per line
-        /// (`_withUnsafeGuaranteedRef`) where looking them up by the loop's index, or reading
-        /// strong references, cost a retain and a release of each a line.
-        let turn: Unmanaged<TurnBatch>
-        let stats: Unmanaged<LoopState>
-        @exclusivity(unchecked) var session = Dispatcher.Session()
-        @exclusivity(unchecked) var scratch: [UInt8] = []
+        /// The connection's loop's batch and counters (a connection stays on its loop).
+        let turn: TurnBatch
+        let stats: LoopState
+        /// The fields below, touched only on the owner's queue: see `Confined`.
+        private struct Fields {
+            var session: Dispatcher.Session = Dispatcher.Session()
+            var scratch: [UInt8] = []
+            var subscriber: Subscriber?
+            var firstLine: Bool = true
+            var awaitingAuth: Bool = false
+        }
+        private let confined: Confined<Fields>
+
+        var session: Dispatcher.Session { _read { yield confined.value.session } _modify { yield &confined.value.session } }
+        var scratch: [UInt8] { _read { yield confined.value.scratch } _modify { yield &confined.value.scratch } }
         /// Set once the connection subscribed to the change feed.
-        @exclusivity(unchecked) var subscriber: Subscriber?
+        var subscriber: Subscriber? { _read { yield confined.value.subscriber } _modify { yield &confined.value.subscriber } }
         /// No line has come yet (an HTTP request line then gets an HTTP answer).
-        @exclusivity(unchecked) var firstLine = true
+        var firstLine: Bool { _read { yield confined.value.firstLine } _modify { yield &confined.value.firstLine } }
         /// Must authenticate and has not yet (counted in `Server.unauthenticated`).
-        @exclusivity(unchecked) var awaitingAuth = false
+        var awaitingAuth: Bool { _read { yield confined.value.awaitingAuth } _modify { yield &confined.value.awaitingAuth } }
         /// The listener's address, for messages that say how to reach it.
         let listener: String
 
         init(turn: TurnBatch, stats: LoopState, listener: String) {
-            self.turn = Unmanaged.passUnretained(turn)
-            self.stats = Unmanaged.passUnretained(stats)
+            self.turn = turn
+            self.stats = stats
             self.listener = listener
+            confined = Confined(Fields())
         }
     }
 
@@ -223,9 +231,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
 
     func connection(_ connection: Connection, didReceive line: UnsafeRawBufferPointer) {
         guard let box = connection.context as? SessionBox else { return }
-        box.turn._withUnsafeGuaranteedRef { turn in
-            box.stats._withUnsafeGuaranteedRef { stats in receive(line, on: connection, box: box, turn: turn, stats: stats) }
-        }
+        receive(line, on: connection, box: box, turn: box.turn, stats: box.stats)
     }
 
     private func receive(_ line: UnsafeRawBufferPointer, on connection: Connection, box: SessionBox, turn: TurnBatch, stats: LoopState) {

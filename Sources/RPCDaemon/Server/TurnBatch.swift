@@ -20,9 +20,7 @@ import RPCTransport
 /// anything that answers at once (a service method, a bad line) first finishes the turn's batch.
 /// Confined to its loop's queue.
 final class TurnBatch: @unchecked Sendable {
-    // @unchecked: touched only on the loop's queue. Its arrays are `@exclusivity(unchecked)`:
-    // one queue, and no access overlaps another, so the run-time check (a thread-local access
-    // set, several per request) guards nothing.
+    // @unchecked: touched only on the loop's queue; its fields are `Confined` for that reason.
     enum Kind {
         /// Runs in the batch; its reply is the next one `Dispatcher.run` writes.
         case call
@@ -38,19 +36,31 @@ final class TurnBatch: @unchecked Sendable {
         let kind: Kind
     }
 
-    @exclusivity(unchecked) private(set) var entries: [Entry] = []
-    @exclusivity(unchecked) var calls: [Dispatcher.Call] = []
+    /// The fields below, touched only on the owner's queue: see `Confined`.
+    private struct Fields {
+        var entries: [Entry] = []
+        var calls: [Dispatcher.Call] = []
+        var staged: [UInt8] = []
+        var out: [UInt8] = []
+        var outcomes: [(served: Dispatcher.Served, end: Int)] = []
+        var deferring: [Connection] = []
+        var held: HeldTurn = HeldTurn()
+    }
+    private let confined = Confined(Fields())
+
+    private(set) var entries: [Entry] { _read { yield confined.value.entries } _modify { yield &confined.value.entries } }
+    var calls: [Dispatcher.Call] { _read { yield confined.value.calls } _modify { yield &confined.value.calls } }
     /// Replies answered when staged.
-    @exclusivity(unchecked) var staged: [UInt8] = []
+    var staged: [UInt8] { _read { yield confined.value.staged } _modify { yield &confined.value.staged } }
     /// Replies written by `Dispatcher.run`, and where each ends (reused from turn to turn).
-    @exclusivity(unchecked) var out: [UInt8] = []
-    @exclusivity(unchecked) var outcomes: [(served: Dispatcher.Served, end: Int)] = []
+    var out: [UInt8] { _read { yield confined.value.out } _modify { yield &confined.value.out } }
+    var outcomes: [(served: Dispatcher.Served, end: Int)] { _read { yield confined.value.outcomes } _modify { yield &confined.value.outcomes } }
     /// The connections told to expect deferred replies (`beginDeferredReplies`), once for each run
     /// of their lines among the entries.
-    @exclusivity(unchecked) private var deferring: [Connection] = []
+    private var deferring: [Connection] { _read { yield confined.value.deferring } _modify { yield &confined.value.deferring } }
     /// Replies that wait for the journal, from this batch and the earlier ones of the loop's turn:
     /// the server releases them together when the turn's pass ends (`Server.releaseHeld`).
-    @exclusivity(unchecked) var held = HeldTurn()
+    var held: HeldTurn { _read { yield confined.value.held } _modify { yield &confined.value.held } }
 
     /// The most requests a batch gathers before it is run (the rest of the turn starts another).
     static let maxEntries = 512
