@@ -33,7 +33,11 @@ let package = Package(
         .testTarget(name: "RPCTransportTests", dependencies: ["RPCTransport"]),
         .testTarget(name: "RPCDaemonTests", dependencies: ["RPCDaemon", "RPCTransport"]),
         // Starts the real binaries (rpcd, rpcbench) over real TCP.
-        .testTarget(name: "IntegrationTests", dependencies: ["RPCSchema", "RPCEntities", "RPCClient", "TestSupport", "COpenSSL"]),
+        .testTarget(
+            name: "IntegrationTests", dependencies: ["RPCSchema", "RPCEntities", "RPCClient", "TestSupport", "COpenSSL", "CounterEntity"]),
+        // A third entity declared outside Sources, and the daemon that registers it (ThirdEntityTests).
+        .target(name: "CounterEntity", dependencies: ["RPCSchema", "RPCEntities"], path: "Tests/CounterEntity"),
+        .executableTarget(name: "counterd", dependencies: ["RPCDaemon", "RPCEntities", "CounterEntity"], path: "Tests/counterd"),
         // Uses only the library product's targets (RPC): its main.swift is README's "Use it from Swift".
         .executableTarget(name: "rpc-example", dependencies: ["RPCSchema", "RPCClient"]),
         .testTarget(name: "RPCClientTests", dependencies: ["RPCSchema", "RPCClient", "TestSupport"]),

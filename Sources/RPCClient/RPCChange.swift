@@ -1,44 +1,62 @@
 import RPCSchema
 
-/// One mutation from a change feed, typed: the call that made it on the leader, or a marker of a
+/// One change from a change feed: a mutation as the leader journaled it, or a marker of a
 /// snapshot. What `RPCClient.changes(from:snapshot:bufferLimit:)` yields, inside an `RPCChangeEvent`.
-public enum RPCChange: Sendable, Equatable {
-    case createUser(CreateUser)
-    case updateUser(UpdateUser)
-    case deleteUser(DeleteUser)
-    case addBuilding(AddBuilding)
-    case updateBuilding(UpdateBuilding)
-    case deleteBuilding(DeleteBuilding)
-    /// A snapshot follows: forget your state; the next `records` changes (each with
-    /// `isSnapshotRecord`) rebuild it as of `sequence`.
-    case snapshotBegin(sequence: Int, records: Int)
-    /// The snapshot's last record came; from here on, changes after `sequence`.
-    case snapshotEnd(sequence: Int)
+///
+/// Open, like `RPCErrorCode`: it names no entity. Read a change as the call that made it with
+/// `as(_:)` (`change.as(CreateUser.self)`); an entity added to the daemon needs no edit here, only
+/// its own call types on the client's side.
+public struct RPCChange: Sendable, Equatable, CustomStringConvertible {
+    /// The method of the call that made the change (or of the marker).
+    public let method: RPCMethod
+    /// Its param as the feed carried it.
+    public let param: JSONValue
+
+    public init(method: RPCMethod, param: JSONValue) {
+        self.method = method
+        self.param = param
+    }
+
+    /// The change `call` makes, as a feed would carry it (for comparisons and test doubles).
+    public init<C: RPCCall>(_ call: C) {
+        method = C.method
+        // An RPCCall is a plain Codable struct: encoding it to a JSON value cannot fail.
+        param = (try? JSONValueEncoder().encode(call)) ?? .null
+    }
+
+    /// A feed's request as a change.
+    init(_ request: Request) {
+        self.init(method: request.method, param: request.param ?? .object(JSONObject()))
+    }
+
+    /// The change as the call `C`: nil when it was made by another method, or its param does not
+    /// decode as `C` (a newer daemon's field).
+    public func `as`<C: RPCCall>(_ type: C.Type) -> C? {
+        method == C.method ? try? JSONValueDecoder().decode(C.self, from: param) : nil
+    }
+
+    /// `replication.snapshotBegin`: a snapshot follows; forget your state, the next `records`
+    /// changes (each with `isSnapshotRecord`) rebuild it as of `sequence`.
+    public var snapshotBegin: SnapshotBegin? { decoded(SnapshotBegin.self, SnapshotBegin.method) }
+    /// `replication.snapshotEnd`: the snapshot's last record came; from here on, changes after `sequence`.
+    public var snapshotEnd: SnapshotEnd? { decoded(SnapshotEnd.self, SnapshotEnd.method) }
     /// Among a snapshot's records: the remembered outcome of a keyed mutation (what the leader
     /// answers a retry with that key). A mirror that answers retries keeps it; others skip it.
-    case snapshotKey(SnapshotKey)
-    /// A change this client cannot read as one of the cases above: a method it does not know (a
-    /// newer daemon), or a param that does not decode as its type. The request as it came.
-    case other(Request)
+    public var snapshotKey: SnapshotKey? { decoded(SnapshotKey.self, SnapshotKey.method) }
 
-    /// Reads a request of the feed as a typed change (`.other` when it cannot).
-    init(_ request: Request, decoder: JSONValueDecoder) {
-        func typed<C: Decodable>(_ type: C.Type, _ make: (C) -> RPCChange) -> RPCChange {
-            guard let call = try? decoder.decode(C.self, from: request.param ?? .object(JSONObject())) else { return .other(request) }
-            return make(call)
-        }
-        switch request.method {
-        case CreateUser.method: self = typed(CreateUser.self, RPCChange.createUser)
-        case UpdateUser.method: self = typed(UpdateUser.self, RPCChange.updateUser)
-        case DeleteUser.method: self = typed(DeleteUser.self, RPCChange.deleteUser)
-        case AddBuilding.method: self = typed(AddBuilding.self, RPCChange.addBuilding)
-        case UpdateBuilding.method: self = typed(UpdateBuilding.self, RPCChange.updateBuilding)
-        case DeleteBuilding.method: self = typed(DeleteBuilding.self, RPCChange.deleteBuilding)
-        case SnapshotBegin.method: self = typed(SnapshotBegin.self) { .snapshotBegin(sequence: $0.sequence, records: $0.records) }
-        case SnapshotEnd.method: self = typed(SnapshotEnd.self) { .snapshotEnd(sequence: $0.sequence) }
-        case SnapshotKey.method: self = typed(SnapshotKey.self, RPCChange.snapshotKey)
-        default: self = .other(request)
-        }
+    private func decoded<T: Decodable>(_ type: T.Type, _ wanted: RPCMethod) -> T? {
+        method == wanted ? try? JSONValueDecoder().decode(T.self, from: param) : nil
+    }
+
+    /// Equal when made by the same method with the same param, whatever the order of its fields.
+    public static func == (lhs: RPCChange, rhs: RPCChange) -> Bool {
+        lhs.method == rhs.method && lhs.param.canonical == rhs.param.canonical
+    }
+
+    public var description: String {
+        var bytes: [UInt8] = []
+        JSONWriter.write(param, into: &bytes)
+        return "\(method) \(String(decoding: bytes, as: UTF8.self))"
     }
 }
 
@@ -52,8 +70,8 @@ public struct RPCChangeEvent: Sendable, Equatable {
     public var change: RPCChange
     /// The idempotency key the mutation was made with, if it had one.
     public var key: String?
-    /// Whether this is one of a snapshot's records (between `.snapshotBegin` and `.snapshotEnd`):
-    /// a create (`.createUser`, `.addBuilding`) or a `.snapshotKey`.
+    /// Whether this is one of a snapshot's records (between `snapshotBegin` and `snapshotEnd`):
+    /// a call that recreates a record (`user.createUser`, …) or a `snapshotKey`.
     public var isSnapshotRecord: Bool
 
     public init(sequence: Int, change: RPCChange, key: String? = nil, isSnapshotRecord: Bool = false) {

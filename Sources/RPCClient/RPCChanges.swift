@@ -5,13 +5,11 @@ import RPCSchema
 /// ```swift
 /// let client = try await RPCClient.connect(to: "127.0.0.1:7878")   // a client of its own
 /// for try await event in client.changes(from: mirror.sequence, snapshot: true) {
-///     switch event.change {
-///     case .snapshotBegin: mirror.removeAll()
-///     case .createUser(let user): mirror.users[user.id] = User(id: user.id, name: user.name, email: user.email)
-///     case .deleteUser(let delete): mirror.users[delete.userId] = nil
-///     case .snapshotEnd: mirror.sequence = event.sequence
-///     default: …
-///     }
+///     let change = event.change
+///     if change.snapshotBegin != nil { mirror.removeAll() }
+///     if let user = change.as(CreateUser.self) { mirror.users[user.id] = User(id: user.id, name: user.name, email: user.email) }
+///     if let delete = change.as(DeleteUser.self) { mirror.users[delete.userId] = nil }
+///     if change.snapshotEnd != nil { mirror.sequence = event.sequence }
 ///     if !event.isSnapshotRecord { mirror.sequence = event.sequence }
 /// }   // acknowledged: each change once the loop asks for the next one
 /// ```
@@ -24,8 +22,8 @@ import RPCSchema
 /// - **Order.** Changes come in journal order, each with its `sequence`; nothing after
 ///   `fromSequence` is skipped (without `fromSequence`, the feed starts with the changes after
 ///   the subscription). With `snapshot: true` and a `fromSequence` below the leader's snapshot,
-///   the feed starts with `.snapshotBegin`, the snapshot's records (`isSnapshotRecord`, each
-///   with the snapshot's sequence), `.snapshotEnd`, then the changes after the snapshot.
+///   the feed starts with `snapshotBegin`, the snapshot's records (`isSnapshotRecord`, each
+///   with the snapshot's sequence), `snapshotEnd`, then the changes after the snapshot.
 /// - **Acknowledgement.** When the loop asks for the next change (its body returned), the client
 ///   acknowledges the previous one with the counter-request the protocol expects, e.g.
 ///   `{"id":"r42","method":"user.createUserResult","param":{}}`. Its param is always `{}`: the
@@ -92,7 +90,6 @@ final class FeedSubscription: @unchecked Sendable {
     /// Between `snapshotBegin` and `snapshotEnd`: the snapshot's sequence.
     private var snapshotSequence: Int?
     private var lastSequence = 0
-    private let decoder = JSONValueDecoder()
 
     init(client: RPCClient, fromSequence: Int?, snapshot: Bool, bufferLimit: Int) {
         self.client = client
@@ -164,23 +161,20 @@ final class FeedSubscription: @unchecked Sendable {
     }
 
     private func event(_ request: Request) -> RPCChangeEvent {
-        let change = RPCChange(request, decoder: decoder)
+        let change = RPCChange(request)
         var event = RPCChangeEvent(sequence: lastSequence, change: change, key: request.key)
-        switch change {
-        case .snapshotBegin(let sequence, _):
-            snapshotSequence = sequence
-            event.sequence = sequence
-        case .snapshotEnd(let sequence):
+        if let begin = change.snapshotBegin {
+            snapshotSequence = begin.sequence
+            event.sequence = begin.sequence
+        } else if let end = change.snapshotEnd {
             snapshotSequence = nil
+            event.sequence = end.sequence
+        } else if let sequence = Self.sequence(ofFeedID: request.id) {
             event.sequence = sequence
-        default:
-            if let sequence = Self.sequence(ofFeedID: request.id) {
-                event.sequence = sequence
-                unacknowledged = request
-            } else if request.id == "s" {
-                event.sequence = snapshotSequence ?? lastSequence
-                event.isSnapshotRecord = true
-            }
+            unacknowledged = request
+        } else if request.id == "s" {
+            event.sequence = snapshotSequence ?? lastSequence
+            event.isSnapshotRecord = true
         }
         lastSequence = event.sequence
         return event

@@ -180,7 +180,7 @@ public final class RPCClient: Sendable {
     ///
     /// ```swift
     /// for try await event in client.changes(from: 41) {
-    ///     if case .createUser(let user) = event.change { print(event.sequence, user.id) }   // 42 u1
+    ///     if let user = event.change.as(CreateUser.self) { print(event.sequence, user.id) }   // 42 u1
     /// }
     /// ```
     ///

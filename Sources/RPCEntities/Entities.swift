@@ -11,6 +11,8 @@ public struct Entities: Sendable {
     public var keys = IdempotencyKeys()
     /// The leaderships this history went through.
     public var terms = TermHistory()
+    /// The stores of registered entities (`EntityDeclaration`), by declaration.
+    private var stores: [ObjectIdentifier: any Sendable] = [:]
 
     public init() {}
 
@@ -39,12 +41,49 @@ public struct Entities: Sendable {
     static var usersTable: Int { 0 }
     static var buildingsTable: Int { 1 }
 
+    /// A registered entity's store, in place.
+    public subscript<E: EntityDeclaration>(entity: E.Type) -> E.Store {
+        get { stores[ObjectIdentifier(E.self)].flatMap { $0 as? E.Store } ?? E.emptyStore }
+        _modify {
+            // Taken out while it changes, so the dictionary holds no second reference to copy for.
+            let key = ObjectIdentifier(E.self)
+            var store = stores.removeValue(forKey: key).flatMap { $0 as? E.Store } ?? E.emptyStore
+            defer { stores[key] = store }
+            yield &store
+        }
+    }
+
+    private static let registry = EntityRegistry()
+
+    /// Adds an entity to every daemon of this process: call it before the daemon starts (before
+    /// the first use of `table`), once per entity.
+    public static func register(_ entity: any EntityDeclaration.Type) { registry.add(entity) }
+
+    /// The entities registered with `register(_:)`, in order.
+    public static var registered: [any EntityDeclaration.Type] { registry.entities }
+
+    /// Records of every entity, registered ones included.
+    public var recordCount: Int {
+        Self.registered.reduce(users.count + buildings.count) { $0 + $1.recordCount(in: self) }
+    }
+
+    /// Records of each registered entity, by name; nil when none is registered.
+    public var registeredCounts: [String: Int]? {
+        let entities = Self.registered
+        guard !entities.isEmpty else { return nil }
+        return Dictionary(entities.map { ($0.name, $0.recordCount(in: self)) }, uniquingKeysWith: +)
+    }
+
     /// Every method the daemon serves, by entity.
     public static let table: MethodTable<Entities> = {
         var table = MethodTable<Entities>()
         UserMethods.register(in: &table)
         BuildingMethods.register(in: &table)
         SystemMethods.register(in: &table)
+        for entity in registry.freeze() {
+            precondition(!table.hasEntity(entity.name), "entity \(entity.name) is declared twice")
+            entity.register(in: &table)
+        }
         return table
     }()
 }

@@ -18,7 +18,7 @@ public enum JournalSnapshot {
         return out
     }
 
-    public static func recordCount(_ state: Entities) -> Int { state.users.count + state.buildings.count }
+    public static func recordCount(_ state: Entities) -> Int { state.recordCount }
 
     /// Calls `body` with chunks of about `chunkBytes` bytes of record lines. Each shard of records
     /// is let go of once written (`Records.drain`): hand over the last copy of a captured state
@@ -73,6 +73,20 @@ public enum JournalSnapshot {
             out.append(contentsOf: paramKey.bytes)
             building.writeJSON(into: &out)
             try seal(lineStart: start)
+        }
+        // Registered entities' records, as the calls their declarations give.
+        for entity in Entities.registered {
+            try entity.snapshotCalls(in: state) { call in
+                let start = out.count
+                out.append(contentsOf: #"{"id":"s","method":"#.utf8)
+                JSONWriter.writeString(type(of: call).method.description, into: &out)
+                out.append(contentsOf: #","param":"#.utf8)
+                // A call the entity made itself from its own state: failing to encode it is a bug.
+                if let error = JSONWriter.write(encodable: call, into: &out) {
+                    preconditionFailure("entity \(entity.name) gave a snapshot call that does not encode: \(error)")
+                }
+                try seal(lineStart: start)
+            }
         }
         // The outcomes of keyed mutations, oldest first, so retries after a compaction still find them.
         // In chunks too: a million remembered replies are hundreds of megabytes.

@@ -171,10 +171,14 @@ public struct StateStats: Codable, Hashable, Sendable {
     public var users: Int
     public var buildings: Int
     public var overlaid: Int
-    public init(users: Int, buildings: Int, overlaid: Int) {
+    /// Records of each entity registered beside `user` and `building`, by entity name (absent
+    /// when there is none).
+    public var entities: [String: Int]?
+    public init(users: Int, buildings: Int, overlaid: Int, entities: [String: Int]? = nil) {
         self.users = users
         self.buildings = buildings
         self.overlaid = overlaid
+        self.entities = entities
     }
 }
 

@@ -594,7 +594,9 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             (result.idempotency, result.state) = dispatcher.withState {
                 (
                     KeyStats(keys: $0.keys.count, hits: $0.keys.hits, evictions: $0.keys.evictions),
-                    StateStats(users: $0.users.count, buildings: $0.buildings.count, overlaid: $0.users.overlaid + $0.buildings.overlaid)
+                    StateStats(
+                        users: $0.users.count, buildings: $0.buildings.count, overlaid: $0.users.overlaid + $0.buildings.overlaid,
+                        entities: $0.registeredCounts)
                 )
             }
             result.replication = replicationStats?()

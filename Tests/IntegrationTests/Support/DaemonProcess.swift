@@ -27,9 +27,10 @@ final class DaemonProcess {
         expectedListeners: Int? = nil,
         timeout: Double = 20,
         dataDir givenDataDir: URL? = nil,
-        environment: [String: String] = [:]
+        environment: [String: String] = [:],
+        binary givenBinary: URL? = nil
     ) throws {
-        let binary = try Binaries.rpcd()
+        let binary = try givenBinary ?? Binaries.rpcd()
         ownsDataDir = givenDataDir == nil
         dataDir = givenDataDir ?? FileManager.default.temporaryDirectory
             .appendingPathComponent("rpcd-it-\(UUID().uuidString)", isDirectory: true)
