@@ -110,24 +110,72 @@ public final class Dispatcher: @unchecked Sendable {
         self.onCounterRequest = onCounterRequest
     }
 
-    /// Handles one line (without its terminator) and appends the reply, if any, to `out`.
+    /// Handles one line (without its terminator) and appends the reply, if any, to `out`: `admit`,
+    /// then the call run or the service method served at once.
     public func handle(line: UnsafeRawBufferPointer, session: inout Session, into out: inout [UInt8]) -> Disposition {
-        var methodAndParam: UnsafeRawBufferPointer?
-        var plainParam: PlainObject?
-        var plainKey: UnsafeRawBufferPointer?
-        switch RequestCodec.decode(line, methodAndParam: &methodAndParam, plainParam: &plainParam, plainKey: &plainKey) {
+        var calls: [Call] = []
+        switch admit(line, subscriber: false, session: &session, into: &out, calls: &calls) {
+        case .call:
+            var outcomes: [(served: Served, end: Int)] = []
+            run(calls[...], into: &out, outcomes: &outcomes)
+            return outcomes[0].served.disposition
+        case .answered(let served, _, _, _):
+            return served.disposition
+        case .service(let request):
+            return serveService(request, session: &session, into: &out).disposition
+        case .acknowledged, .none:
+            return .none
+        }
+    }
+
+    /// What `admit` made of one line.
+    package enum Admission {
+        /// A call to run with the others of its batch (under one hold of the state lock): appended to `calls`.
+        case call(id: String, method: RPCMethod, form: WireForm)
+        /// Answered at once (a refusal, a bad param, a line that is no request): the reply is in
+        /// `out`. `method` is nil for a line that is no request.
+        case answered(Served, id: String, method: RPCMethod?, form: WireForm)
+        /// A service method (`system.*`), to `serve` now, after the calls admitted before it ran.
+        case service(Request)
+        /// A change-feed subscriber acknowledged record `seq` (never answered).
+        case acknowledged(UInt64)
+        /// A counter-request, handed to the counter-request hook; nothing to answer.
+        case none
+    }
+
+    /// The one door every line goes through: decoded once (`RequestCodec.scan`), then
+    /// authorized, prepared and staged (`stage`), answered at once when it fails, or handed back
+    /// as a service call, an acknowledgement or a counter-request. `subscriber`: the connection
+    /// follows the change feed, so its `r<seq>` counter-requests acknowledge records.
+    package func admit(
+        _ line: UnsafeRawBufferPointer, subscriber: Bool, session: inout Session, into out: inout [UInt8], calls: inout [Call]
+    ) -> Admission {
+        if subscriber, let seq = RequestCodec.feedAcknowledgement(line) { return .acknowledged(seq) }
+        let scanned = RequestCodec.scan(line)
+        let left = scanned.left
+        switch scanned.decoded {
         case .request(let request):
             if session.form == nil { session.form = request.form }
-            return serve(request, methodAndParam: methodAndParam, plainParam: plainParam, plainKey: plainKey, session: &session, into: &out)
-                .disposition
+            let form = session.form ?? .canonical
+            switch stage(request, left: left, session: &session, into: &out, calls: &calls) {
+            case .call: return .call(id: request.id, method: request.method, form: form)
+            case .served(let served): return .answered(served, id: request.id, method: request.method, form: form)
+            case .service: return .service(request.withParam(from: left.plainParam))
+            }
         case .counterRequest(let request):
             if session.form == nil { session.form = request.form }
-            onCounterRequest(request)
+            guard subscriber else {
+                onCounterRequest(request)
+                return .none
+            }
+            // A subscriber's acknowledgement of record "r<seq>" in a form the prefix did not catch.
+            if request.id.utf8.first == UInt8(ascii: "r"), let seq = UInt64(request.id.dropFirst()) { return .acknowledged(seq) }
             return .none
         case .invalid(let id, let error, let form):
             if session.form == nil, let form { session.form = form }
-            RequestCodec.encodeError(id: id, error, form: session.form ?? .canonical, into: &out)
-            return .reply
+            let replyForm = session.form ?? .canonical
+            RequestCodec.encodeError(id: id, error, form: replyForm, into: &out)
+            return .answered(Served(disposition: .reply, failed: true, known: false), id: id, method: nil, form: replyForm)
         }
     }
 
@@ -152,8 +200,8 @@ public final class Dispatcher: @unchecked Sendable {
     public struct Call: @unchecked Sendable {
         // @unchecked: `prepared` is a closure over the decoded param, run once under the state lock.
         let id: String
-        /// The method the reply calls.
-        let result: MethodHead
+        /// The method the reply calls: its place in the table (`MethodTable.resultHeads`).
+        let result: Int
         let form: WireForm
         let prepared: MethodTable<Entities>.Prepared
         let isMutation: Bool
@@ -240,15 +288,13 @@ public final class Dispatcher: @unchecked Sendable {
     /// to `calls` (built in place there: handing it back in the `Stage` cost a copy and a destroy
     /// of its every string, closure and array, ~30 reference-count operations a request).
     ///
-    /// `methodAndParam`: the request line's `,"method":"…","param":…`, when `RequestCodec.decode(_:methodAndParam:)`
-    /// found them to be exactly what a writer writes (the journal record copies them).
-    /// `plainParam`: the param, left plain by `RequestCodec.decode(_:methodAndParam:plainParam:)`
-    /// (the request has none); a `.service` request is then served `withParam(from:)` it.
-    /// `plainKey`: the key's bytes in the line, left there by the same decode (the request has none).
+    /// `left`: what the decoder left in the line (`LeftInLine`): the method and param bytes a
+    /// journal record copies, a plain param (a `.service` request is then served `withParam(from:)`
+    /// it), a plain key.
     package func stage(
-        _ request: Request, methodAndParam: UnsafeRawBufferPointer? = nil, plainParam: PlainObject? = nil,
-        plainKey: UnsafeRawBufferPointer? = nil, session: inout Session, into out: inout [UInt8], calls: inout [Call]
+        _ request: Request, left: LeftInLine = LeftInLine(), session: inout Session, into out: inout [UInt8], calls: inout [Call]
     ) -> Stage {
+        let (methodAndParam, plainParam, plainKey) = (left.methodAndParam, left.plainParam, left.plainKey)
         if let scope = session.principal, request.key != nil || plainKey != nil, table.entry(for: request.method)?.isMutation == true {
             // A principal's keys are its own: the key table, the journal and the feed hold them as
             // `NAME\u0000KEY`, so another principal can neither read the outcome nor block the key.
@@ -274,10 +320,11 @@ public final class Dispatcher: @unchecked Sendable {
         plainKey: UnsafeRawBufferPointer?, session: inout Session, into out: inout [UInt8], calls: inout [Call]
     ) -> Stage {
         let form = session.form ?? .canonical
-        guard let entry = table.entry(for: request.method) else {
+        guard let entryIndex = table.index(of: request.method) else {
             RequestCodec.encodeError(id: request.id, methodNotFound(request.method), form: form, into: &out)
             return .served(Served(disposition: .reply, failed: true, known: false))
         }
+        let entry = table.entries[entryIndex]
         if let refusal = session.refusal(of: entry.method, needing: entry.access) {
             context?.refused(entry.method, refusal, session: session)
             RequestCodec.encodeError(id: request.id, refusal, form: form, into: &out)
@@ -328,7 +375,7 @@ public final class Dispatcher: @unchecked Sendable {
         }
         guard let prepared else { preconditionFailure("a call is prepared or answered") }
         calls.append(Call(
-            id: request.id, result: entry.resultHead, form: form, prepared: prepared, isMutation: entry.isMutation, body: body,
+            id: request.id, result: entryIndex, form: form, prepared: prepared, isMutation: entry.isMutation, body: body,
             keyed: keyed))
         return .call
     }
@@ -376,8 +423,10 @@ public final class Dispatcher: @unchecked Sendable {
         var fence: UInt64?
         var fenceAsked = false
         let fencing = log?.fencesReads ?? false
-        // Calls are read in place and passed on borrowed: `for call in calls` copied each one (a
+        // Calls are read in place, as the buffer and an index: `for call in calls`, or passing
+        // `calls[index]` on (even `borrowing`, once a closure captures it), copied each one (a
         // retain and a release for each of its strings, closure and arrays).
+        let heads = table.resultHeads
         calls.withUnsafeBufferPointer { calls in
             // Every call's record slot and key slot asked for before any runs (one call alone would
             // ask just before it looks: nothing to overlap). Only hashes are read: no string is retained.
@@ -397,8 +446,8 @@ public final class Dispatcher: @unchecked Sendable {
                 if logTakes == nil, calls[index].isMutation, let log {
                     logTakes = log.refusal(records: calls.count - index) == nil
                 }
-                let error = RequestCodec.encode(id: calls[index].id, head: calls[index].result, form: calls[index].form, into: &out) { out in
-                    let (error, applied) = apply(calls[index], state: &state, readOnly: readOnly, logTakes: logTakes == true, now: now, into: &out)
+                let error = RequestCodec.encode(id: calls[index].id, head: heads[calls[index].result], form: calls[index].form, into: &out) { out in
+                    let (error, applied) = apply(calls, index, state: &state, readOnly: readOnly, logTakes: logTakes == true, now: now, into: &out)
                     ticket = applied
                     return error
                 }
@@ -421,17 +470,8 @@ public final class Dispatcher: @unchecked Sendable {
 
     /// Handles a decoded request for `session` (its form, its role); the reply goes in its form.
     public func serve(_ request: Request, session: inout Session, into out: inout [UInt8]) -> Served {
-        serve(request, methodAndParam: nil, plainParam: nil, plainKey: nil, session: &session, into: &out)
-    }
-
-    private func serve(
-        _ request: Request, methodAndParam: UnsafeRawBufferPointer?, plainParam: PlainObject?, plainKey: UnsafeRawBufferPointer?,
-        session: inout Session, into out: inout [UInt8]
-    ) -> Served {
         var calls: [Call] = []
-        switch stage(
-            request, methodAndParam: methodAndParam, plainParam: plainParam, plainKey: plainKey, session: &session, into: &out, calls: &calls)
-        {
+        switch stage(request, session: &session, into: &out, calls: &calls) {
         case .served(let served):
             return served
         case .call:
@@ -439,11 +479,16 @@ public final class Dispatcher: @unchecked Sendable {
             run(calls[...], into: &out, outcomes: &outcomes)
             return outcomes[0].served
         case .service:
-            guard let entry = table.entry(for: request.method), let service = entry.service else {
-                preconditionFailure("staged as a service method: \(request.method)")
-            }
-            return serve(request.withParam(from: plainParam), service: service, result: entry.result, session: &session, into: &out)
+            return serveService(request, session: &session, into: &out)
         }
+    }
+
+    /// Serves a request `admit` handed back as `.service` (its role already checked).
+    package func serveService(_ request: Request, session: inout Session, into out: inout [UInt8]) -> Served {
+        guard let entry = table.entry(for: request.method), let service = entry.service else {
+            preconditionFailure("staged as a service method: \(request.method)")
+        }
+        return serve(request, service: service, result: entry.result, session: &session, into: &out)
     }
 
     /// Runs one staged call with the state lock held, writing its reply param: a successful
@@ -455,16 +500,16 @@ public final class Dispatcher: @unchecked Sendable {
     /// The call's key is read in place (its bytes where the journal body holds them): binding the
     /// whole `Keyed` copied its method, param and key, a retain and a release each, twice a keyed call.
     private func apply(
-        _ call: borrowing Call, state: inout Entities, readOnly: String?, logTakes: Bool, now: UInt64, into out: inout [UInt8]
+        _ calls: UnsafeBufferPointer<Call>, _ index: Int, state: inout Entities, readOnly: String?, logTakes: Bool, now: UInt64, into out: inout [UInt8]
     ) -> (RPCError?, UInt64?) {
-        if call.isMutation, let readOnly { return (.readOnly(readOnly), nil) }
-        guard let hash = call.keyed?.hash, let digest = call.keyed?.digest else {
-            if let refused = refusal(of: call, logTakes: logTakes) { return (refused, nil) }
-            return runPrepared(call, state: &state, into: &out)
+        if calls[index].isMutation, let readOnly { return (.readOnly(readOnly), nil) }
+        guard let hash = calls[index].keyed?.hash, let digest = calls[index].keyed?.digest else {
+            if let refused = refusal(isMutation: calls[index].isMutation, logTakes: logTakes) { return (refused, nil) }
+            return runPrepared(calls, index, state: &state, into: &out)
         }
-        return Self.withKeyBytes(of: call) { key in
+        return Self.withKeyBytes(of: calls, index) { key in
             if let prior = state.keys.lookup(keyBytes: key, hash: hash, now: now) {
-                guard call.keyed?.matches(prior, body: call.body) == true else {
+                guard calls[index].keyed?.matches(prior, body: calls[index].body) == true else {
                     let shown = Echo.bytes(Keyed.unscoped(key), maxBytes: 128)
                     return (.keyReused("key \"\(shown)\" was first used with another method or param; use a new key for a new mutation"), nil)
                 }
@@ -473,9 +518,9 @@ public final class Dispatcher: @unchecked Sendable {
                 return (nil, prior.seq > 0 ? prior.seq : nil)
             }
             // Refused by the log: not run, so nothing to remember.
-            if let refused = refusal(of: call, logTakes: logTakes) { return (refused, nil) }
+            if let refused = refusal(isMutation: calls[index].isMutation, logTakes: logTakes) { return (refused, nil) }
             let start = out.count
-            let (error, seq) = runPrepared(call, state: &state, into: &out)
+            let (error, seq) = runPrepared(calls, index, state: &state, into: &out)
             if let error {
                 state.keys.remember(keyBytes: key, hash: hash, .failure(error, digest: digest), now: now)
             } else {
@@ -487,27 +532,27 @@ public final class Dispatcher: @unchecked Sendable {
 
     /// Why the log takes no mutation now, for a mutation it did not take with its turn already.
     @inline(__always)
-    private func refusal(of call: borrowing Call, logTakes: Bool) -> RPCError? {
-        guard call.isMutation, !logTakes, let log else { return nil }
+    private func refusal(isMutation: Bool, logTakes: Bool) -> RPCError? {
+        guard isMutation, !logTakes, let log else { return nil }
         return log.refusalError()
     }
 
     /// Runs a call's prepared handler: a successful mutation is logged (its ticket returned).
     @inline(__always)
-    private func runPrepared(_ call: borrowing Call, state: inout Entities, into out: inout [UInt8]) -> (RPCError?, UInt64?) {
-        if let error = call.prepared(&state, &out) { return (error, nil) }
-        guard call.isMutation else { return (nil, nil) }
-        return (nil, call.body.flatMap { log?.record($0) })
+    private func runPrepared(_ calls: UnsafeBufferPointer<Call>, _ index: Int, state: inout Entities, into out: inout [UInt8]) -> (RPCError?, UInt64?) {
+        if let error = calls[index].prepared(&state, &out) { return (error, nil) }
+        guard calls[index].isMutation else { return (nil, nil) }
+        return (nil, calls[index].body.flatMap { log?.record($0) })
     }
 
     /// Calls `body` with the UTF-8 bytes of a keyed call's key: where its journal body holds them,
     /// or its key's string.
     @inline(__always)
-    private static func withKeyBytes<R>(of call: borrowing Call, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
-        switch call.keyed?.bytes {
+    private static func withKeyBytes<R>(of calls: UnsafeBufferPointer<Call>, _ index: Int, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
+        switch calls[index].keyed?.bytes {
         case .inBody(let range)?:
             // A key is `inBody` only where the call has the body that holds it.
-            return call.body!.bytes.withUnsafeBufferPointer { body(UnsafeBufferPointer(rebasing: $0[range])) }
+            return calls[index].body!.bytes.withUnsafeBufferPointer { body(UnsafeBufferPointer(rebasing: $0[range])) }
         case .string(let string)?:
             return ExactUTF8.withBytes(string, body)
         case nil:

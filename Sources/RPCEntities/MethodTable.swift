@@ -111,6 +111,10 @@ public struct MethodTable<State>: Sendable {
     public private(set) var entries: [Entry] = []
     /// `entries`' methods, in the same order.
     private var methods: [RPCMethod] = []
+    /// `entries`' reply heads, in the same order: a staged call names its method by index, and
+    /// the batch borrows the head from here (a call holding it retained and released a
+    /// reference every loop shares, twice a request).
+    package private(set) var resultHeads: [MethodHead] = []
 
     public init() {}
 
@@ -118,12 +122,15 @@ public struct MethodTable<State>: Sendable {
     /// strings each (short ones: a word or two apiece, nothing retained), where a dictionary
     /// hashed both strings first (~500 instructions a request); both use `String`'s `==`.
     public func entry(for method: RPCMethod) -> Entry? {
+        index(of: method).map { entries[$0] }
+    }
+
+    /// Where `method`'s entry is in `entries`.
+    package func index(of method: RPCMethod) -> Int? {
         // Lengths first: most names differ in length, and unequal strings of equal length take
         // `String ==`'s slow path.
         let length = method.name.utf8.count
-        guard let index = methods.firstIndex(where: { $0.name.utf8.count == length && $0.name == method.name && $0.entity == method.entity })
-        else { return nil }
-        return entries[index]
+        return methods.firstIndex(where: { $0.name.utf8.count == length && $0.name == method.name && $0.entity == method.entity })
     }
 
     /// Whether any method of `entity` exists (to tell "unknown entity" from "unknown method").
@@ -228,6 +235,7 @@ public struct MethodTable<State>: Sendable {
         precondition(self.entry(for: entry.method) == nil, "\(entry.method) registered twice")
         methods.append(entry.method)
         entries.append(entry)
+        resultHeads.append(entry.resultHead)
     }
 
     /// A method's handler and reply writer, shared by its requests' prepared calls.

@@ -20,44 +20,6 @@ package struct PlainObject {
         self.count = count
     }
 
-    /// The string at `key`, nil when absent.
-    func string(_ key: String) -> String? {
-        guard bytes.count > 0 else { return nil }
-        let base = bytes.assumingMemoryBound(to: UInt8.self)
-        return ExactUTF8.withBytes(key) { wanted -> String? in
-            let quote = UInt8(ascii: "\"")
-            // Each pair is `"key":"value"` followed by `,` or `}`: no quote inside either string.
-            var i = 1  // past `{`
-            while i < bytes.count && base[i] == quote {
-                let keyStart = i + 1
-                let k = nextQuote(base, from: keyStart)
-                let valueStart = k + 3  // past `":"`
-                let v = nextQuote(base, from: valueStart)
-                if k - keyStart == wanted.count, ExactUTF8.compare(UnsafeBufferPointer(rebasing: base[keyStart..<k]), wanted) == 0 {
-                    return _JSONParserState.validatedString(UnsafeBufferPointer(rebasing: base[valueStart..<v]), ascii: true)
-                }
-                i = v + 2  // past `"` and `,` (or `}`)
-            }
-            return nil
-        }
-    }
-
-    /// The first quote at or after `i` (there is one: the scanner checked the object), eight bytes
-    /// at a time while eight are left.
-    @inline(__always)
-    private func nextQuote(_ base: UnsafeBufferPointer<UInt8>, from i: Int) -> Int {
-        var i = i
-        let ones: UInt64 = 0x0101_0101_0101_0101
-        while i + 8 <= bytes.count {
-            let word = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: i, as: UInt64.self)) ^ (ones &* 0x22)
-            let zero = (word &- ones) & ~word & (ones &* 0x80)
-            if zero != 0 { return i + zero.trailingZeroBitCount / 8 }
-            i += 8
-        }
-        while base[i] != UInt8(ascii: "\"") { i += 1 }
-        return i
-    }
-
     /// The object as a JSON value (what the full parse makes of the same bytes).
     package var value: JSONValue {
         // Checked by the scanner: it parses.

@@ -538,3 +538,44 @@ struct _JSONParserState {
         }
     }
 }
+
+// The plain-param scanner reads its bytes through a pointer for the same reason as the parser
+// above: every field of a hot request is read this way, bounds checked by the scan that found them.
+extension PlainObject {
+    /// The string at `key`, nil when absent.
+    func string(_ key: String) -> String? {
+        guard let base = bytes.baseAddress?.assumingMemoryBound(to: UInt8.self) else { return nil }
+        return ExactUTF8.withBytes(key) { wanted -> String? in
+            let quote = UInt8(ascii: "\"")
+            // Each pair is `"key":"value"` followed by `,` or `}`: no quote inside either string.
+            var i = 1  // past `{`
+            while i < bytes.count && base[i] == quote {
+                let keyStart = i + 1
+                let k = nextQuote(base, from: keyStart)
+                let valueStart = k + 3  // past `":"`
+                let v = nextQuote(base, from: valueStart)
+                if k - keyStart == wanted.count, ExactUTF8.compare(UnsafeBufferPointer(start: base + keyStart, count: k - keyStart), wanted) == 0 {
+                    return _JSONParserState.validatedString(UnsafeBufferPointer(start: base + valueStart, count: v - valueStart), ascii: true)
+                }
+                i = v + 2  // past `"` and `,` (or `}`)
+            }
+            return nil
+        }
+    }
+
+    /// The first quote at or after `i` (there is one: the scanner checked the object), eight bytes
+    /// at a time while eight are left.
+    @inline(__always)
+    private func nextQuote(_ base: UnsafePointer<UInt8>, from i: Int) -> Int {
+        var i = i
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        while i + 8 <= bytes.count {
+            let word = UInt64(littleEndian: UnsafeRawPointer(base + i).loadUnaligned(as: UInt64.self)) ^ (ones &* 0x22)
+            let zero = (word &- ones) & ~word & (ones &* 0x80)
+            if zero != 0 { return i + zero.trailingZeroBitCount / 8 }
+            i += 8
+        }
+        while base[i] != UInt8(ascii: "\"") { i += 1 }
+        return i
+    }
+}

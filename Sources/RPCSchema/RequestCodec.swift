@@ -49,6 +49,31 @@ public enum DecodedLine: Sendable {
     case invalid(id: String, error: RPCError, form: WireForm?)
 }
 
+/// One line as `RequestCodec.scan` read it: what it is, and what the decoder left in its bytes.
+package struct ScannedLine {
+    package var decoded: DecodedLine
+    package var left: LeftInLine
+}
+
+/// What the decoder left in a line's bytes instead of copying (valid while the line is; plain
+/// values, nothing to retain).
+package struct LeftInLine {
+    /// The line's `,"method":"…","param":…` when they are exactly what a writer writes for the
+    /// request's method and param (a journal record copies them); nil for any other shape.
+    package var methodAndParam: UnsafeRawBufferPointer?
+    /// A request's param when it is an object of plain strings, left unparsed: the request's
+    /// `param` is then nil (`Request.withParam(from:)` fills it in).
+    package var plainParam: PlainObject?
+    /// A request's key when it is plain ASCII, left in the line: the request's `key` is then nil.
+    package var plainKey: UnsafeRawBufferPointer?
+
+    package init(methodAndParam: UnsafeRawBufferPointer? = nil, plainParam: PlainObject? = nil, plainKey: UnsafeRawBufferPointer? = nil) {
+        self.methodAndParam = methodAndParam
+        self.plainParam = plainParam
+        self.plainKey = plainKey
+    }
+}
+
 /// Decodes and encodes the envelope: the one place that knows both wire forms (sourcekit-lsp `MessageCoding`).
 public enum RequestCodec {
     /// The top-level keys of a request, in the order lines are written.
@@ -68,44 +93,52 @@ public enum RequestCodec {
         return decodeInFull(line)
     }
 
-    /// `decode`, and the bytes of `line` that hold its `,"method":"…","param":…` when those are
-    /// exactly what a writer writes for the request's method and param (so a journal can copy
-    /// them instead of writing the param again); nil for a request without a param, and for any
-    /// line or param of another shape (whitespace, an escape, a repeated key).
-    package static func decode(_ line: UnsafeRawBufferPointer, methodAndParam: inout UnsafeRawBufferPointer?) -> DecodedLine {
-        var plain: PlainObject?
-        var key: UnsafeRawBufferPointer?
-        return decode(line, methodAndParam: &methodAndParam, plainParam: &plain, plainKey: &key, plainParams: false)
-    }
-
-    /// `decode(_:methodAndParam:)`, and a request's param that is an object of plain strings
-    /// (`PlainObject`) left unparsed: then `plainParam` is set and the request's `param` is nil
-    /// (`Request.withParam(from:)` fills it in). A counter-request always has its param.
-    /// A request's key is left in the line too, when it is plain ASCII (as every writer's is):
-    /// then `plainKey` holds its bytes and the request's `key` is nil (a keyed mutation made a
-    /// string of it only to copy its bytes into the journal body and the key table).
-    package static func decode(
-        _ line: UnsafeRawBufferPointer, methodAndParam: inout UnsafeRawBufferPointer?, plainParam: inout PlainObject?,
-        plainKey: inout UnsafeRawBufferPointer?
-    ) -> DecodedLine {
-        decode(line, methodAndParam: &methodAndParam, plainParam: &plainParam, plainKey: &plainKey, plainParams: true)
-    }
-
-    @inline(__always)
-    private static func decode(
-        _ line: UnsafeRawBufferPointer, methodAndParam: inout UnsafeRawBufferPointer?, plainParam: inout PlainObject?,
-        plainKey: inout UnsafeRawBufferPointer?, plainParams: Bool
-    ) -> DecodedLine {
+    /// `decode`, and what the decoder left in the line's bytes (`ScannedLine`): the request
+    /// pipeline stages from this one value. Without `plainParams` the param is always parsed and
+    /// the key is always a string (a journal's replay reads lines this way).
+    package static func scan(_ line: UnsafeRawBufferPointer, plainParams: Bool = true) -> ScannedLine {
         if let (decoded, range, plain, keySpan) = decodeWritten(line, plainParams: plainParams) {
-            methodAndParam = range.map { UnsafeRawBufferPointer(rebasing: line[$0]) }
-            plainParam = plain
-            plainKey = keySpan.map { UnsafeRawBufferPointer(rebasing: line[$0]) }
-            return decoded
+            let left = LeftInLine(
+                methodAndParam: range.map { UnsafeRawBufferPointer(rebasing: line[$0]) }, plainParam: plain,
+                plainKey: keySpan.map { UnsafeRawBufferPointer(rebasing: line[$0]) })
+            return ScannedLine(decoded: decoded, left: left)
         }
-        methodAndParam = nil
-        plainParam = nil
-        plainKey = nil
-        return decodeInFull(line)
+        return ScannedLine(decoded: decodeInFull(line), left: LeftInLine())
+    }
+
+    private static let ackPrefix: StaticString = #"{"id":"r"#
+    private static let ackMethod: StaticString = #"","method":""#
+    private static let resultSuffix: StaticString = "Result"
+    private static let errorMethod: StaticString = "error.error"
+
+    /// The sequence number a line acknowledges, when it starts like the counter-request a feed's
+    /// subscriber sends for record "r<seq>": `{"id":"r42","method":"user.createUserResult",…` or
+    /// `…"method":"error.error",…`, read without parsing its param (one per record). Anything
+    /// else (nil) is decoded as usual.
+    package static func feedAcknowledgement(_ line: UnsafeRawBufferPointer) -> UInt64? {
+        let (ackPrefix, ackMethod, resultSuffix) = (Self.ackPrefix.bytes, Self.ackMethod.bytes, Self.resultSuffix.bytes)
+        guard line.count > ackPrefix.count, line.starts(with: ackPrefix) else { return nil }
+        var index = ackPrefix.count
+        var seq: UInt64 = 0
+        var digits = 0
+        while index < line.count, line[index] >= 48, line[index] <= 57, digits < 20 {
+            let (times, o1) = seq.multipliedReportingOverflow(by: 10)
+            let (sum, o2) = times.addingReportingOverflow(UInt64(line[index] - 48))
+            guard !o1, !o2 else { return nil }
+            seq = sum
+            digits += 1
+            index += 1
+        }
+        guard digits > 0, line.count - index > ackMethod.count,
+            UnsafeRawBufferPointer(rebasing: line[index..<(index + ackMethod.count)]).elementsEqual(ackMethod)
+        else { return nil }
+        let start = index + ackMethod.count
+        guard let end = line[start...].firstIndex(of: UInt8(ascii: "\"")) else { return nil }
+        let method = UnsafeRawBufferPointer(rebasing: line[start..<end])
+        guard method.count > resultSuffix.count && method.suffix(resultSuffix.count).elementsEqual(resultSuffix)
+            || method.elementsEqual(Self.errorMethod.bytes)
+        else { return nil }
+        return seq
     }
 
     private static func decodeInFull(_ line: UnsafeRawBufferPointer) -> DecodedLine {

@@ -101,27 +101,19 @@ private struct StagedBatch {
     var outcomes: [(served: Dispatcher.Served, end: Int)] = []
 
     mutating func stage(_ line: UnsafeRawBufferPointer, dispatcher: Dispatcher, session: inout Dispatcher.Session, into out: inout [UInt8]) {
-        var methodAndParam: UnsafeRawBufferPointer?
-        var plainParam: PlainObject?
-        var plainKey: UnsafeRawBufferPointer?
-        switch RequestCodec.decode(line, methodAndParam: &methodAndParam, plainParam: &plainParam, plainKey: &plainKey) {
-        case .request(let request):
-            if session.form == nil { session.form = request.form }
-            answered.removeAll(keepingCapacity: true)
-            let stage = dispatcher.stage(
-                request, methodAndParam: methodAndParam, plainParam: plainParam, plainKey: plainKey, session: &session,
-                into: &answered, calls: &calls)
-            if case .call = stage { return }
-            // Answered at once (an error) or a service method: counted as a reply like any other.
+        answered.removeAll(keepingCapacity: true)
+        switch dispatcher.admit(line, subscriber: false, session: &session, into: &answered, calls: &calls) {
+        case .call:
+            return
+        case .answered:
+            // Answered at once (an error): counted as a reply like any other.
             run(dispatcher, into: &out)
-            if case .service = stage {
-                _ = dispatcher.handle(line: line, session: &session, into: &out)
-            } else {
-                out.append(contentsOf: answered)
-            }
-        case .counterRequest, .invalid:
+            out.append(contentsOf: answered)
+        case .service(let request):
             run(dispatcher, into: &out)
-            _ = dispatcher.handle(line: line, session: &session, into: &out)
+            _ = dispatcher.serveService(request, session: &session, into: &out)
+        case .acknowledged, .none:
+            return
         }
     }
 

@@ -75,7 +75,7 @@ struct FeedTests {
 
     @Test("a subscriber's acknowledgement is read off the line's start; anything else is left to the decoder")
     func acknowledgements() {
-        func ack(_ text: String) -> UInt64? { Array(text.utf8).withUnsafeBytes { Server.acknowledgement($0) } }
+        func ack(_ text: String) -> UInt64? { Array(text.utf8).withUnsafeBytes { RequestCodec.feedAcknowledgement($0) } }
         #expect(ack(#"{"id":"r42","method":"user.createUserResult","param":{"id":"u1"}}"#) == 42)
         #expect(ack(#"{"id":"r7","method":"error.error","param":{"errorMessage":"x","code":"conflict"}}"#) == 7)
         #expect(ack(#"{"id":"r42","method":"user.createUser","param":{}}"#) == nil, "a request, not an answer")

@@ -138,13 +138,9 @@ private final class Harness {
         for line in lines {
             let bytes = Array(line.utf8)
             bytes.withUnsafeBytes { raw in
-                var methodAndParam: UnsafeRawBufferPointer?
-                var plainParam: PlainObject?
-                var plainKey: UnsafeRawBufferPointer?
-                if case .request(let request) = RequestCodec.decode(
-                    raw, methodAndParam: &methodAndParam, plainParam: &plainParam, plainKey: &plainKey),
-                    plainParam != nil
-                {
+                let scanned = RequestCodec.scan(raw)
+                let plainKey = scanned.left.plainKey
+                if case .request(let request) = scanned.decoded, scanned.left.plainParam != nil {
                     plainCount += 1
                     #expect(request.param == nil, "\(line)")
                     // A plain key stays in the line too.

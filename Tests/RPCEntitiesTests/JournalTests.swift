@@ -86,8 +86,9 @@ struct JournalTests {
     ])
     func copiedMethodAndParam(_ text: String, copied: Bool) {
         Array(text.utf8).withUnsafeBytes { line in
-            var written: UnsafeRawBufferPointer?
-            guard case .request(let request) = RequestCodec.decode(line, methodAndParam: &written) else {
+            let scanned = RequestCodec.scan(line, plainParams: false)
+            let written = scanned.left.methodAndParam
+            guard case .request(let request) = scanned.decoded else {
                 Issue.record("not a request: \(text)")
                 return
             }

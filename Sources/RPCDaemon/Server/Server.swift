@@ -242,53 +242,34 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             return refuseHTTP(line, first: first, on: connection, box: box, turn: turn, stats: stats)
         }
         box.scratch.removeAllIfAny(keepingCapacity: true)
-        if let subscriber = box.subscriber, let seq = Self.acknowledgement(line) {
-            // A subscriber's acknowledgement, read without parsing its param (one per record).
-            return subscriber.acknowledged(seq)
-        }
+        let mark = turn.staged.count
         let disposition: Dispatcher.Disposition
-        var requestID = ""
-        var methodAndParam: UnsafeRawBufferPointer?
-        var plainParam: PlainObject?
-        var plainKey: UnsafeRawBufferPointer?
-        switch RequestCodec.decode(line, methodAndParam: &methodAndParam, plainParam: &plainParam, plainKey: &plainKey) {
-        case .request(let request):
-            requestID = request.id
-            if box.session.form == nil { box.session.form = request.form }
-            let form = box.session.form ?? .canonical
-            let mark = turn.staged.count
-            switch dispatcher.stage(
-                request, methodAndParam: methodAndParam, plainParam: plainParam, plainKey: plainKey, session: &box.session,
-                into: &turn.staged, calls: &turn.calls)
-            {
-            case .call:
-                turn.add(.init(connection: connection, method: request.method, id: request.id, form: form, kind: .call))
-                if turn.isFull || !connection.loop.inTurn { finish(turn, stats) }
-                return
-            case .served(let served):
-                let kind = TurnBatch.Kind.answered(served, mark..<turn.staged.count)
-                turn.add(.init(connection: connection, method: request.method, id: request.id, form: form, kind: kind))
-                if turn.isFull || !connection.loop.inTurn { finish(turn, stats) }
-                return
-            case .service:
-                // Answered now, so the turn's earlier requests first (their replies come first).
-                finish(turn, stats)
-                let served = dispatcher.serve(request.withParam(from: plainParam), session: &box.session, into: &box.scratch)
-                if box.awaitingAuth && box.session.role != nil { stopAwaitingAuth(connection, box: box) }
-                disposition = served.disposition
-                stats.count(served.known ? request.method : LoopState.unknownMethod, failed: served.failed)
-            }
-        case .counterRequest(let reply) where box.subscriber != nil:
-            // A subscriber's acknowledgement of record "r<seq>"; never answered.
-            if reply.id.utf8.first == UInt8(ascii: "r"), let seq = UInt64(reply.id.dropFirst()) {
-                box.subscriber?.acknowledged(seq)
-            }
-            disposition = .none
-        case .counterRequest, .invalid:
-            // Rare: decoded again by the dispatcher, which keeps the one counter-request hook and error wording.
+        let requestID: String
+        switch dispatcher.admit(line, subscriber: box.subscriber != nil, session: &box.session, into: &turn.staged, calls: &turn.calls) {
+        case .call(let id, let method, let form):
+            turn.add(.init(connection: connection, method: method, id: id, form: form, kind: .call))
+            if turn.isFull || !connection.loop.inTurn { finish(turn, stats) }
+            return
+        case .answered(var served, let id, let method, let form):
+            // A line that is no request is counted as one, not as an unknown method.
+            if method == nil { served.known = true }
+            let kind = TurnBatch.Kind.answered(served, mark..<turn.staged.count)
+            turn.add(.init(connection: connection, method: method ?? LoopState.invalidLine, id: id, form: form, kind: kind))
+            if turn.isFull || !connection.loop.inTurn { finish(turn, stats) }
+            return
+        case .acknowledged(let seq):
+            box.subscriber?.acknowledged(seq)
+            return
+        case .none:
+            return
+        case .service(let request):
+            // Answered now, so the turn's earlier requests first (their replies come first).
             finish(turn, stats)
-            disposition = dispatcher.handle(line: line, session: &box.session, into: &box.scratch)
-            if disposition != .none { stats.count(LoopState.invalidLine, failed: true) }
+            let served = dispatcher.serveService(request, session: &box.session, into: &box.scratch)
+            if box.awaitingAuth && box.session.role != nil { stopAwaitingAuth(connection, box: box) }
+            disposition = served.disposition
+            requestID = request.id
+            stats.count(request.method, failed: served.failed)
         }
         switch disposition {
         case .none:
@@ -306,40 +287,6 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
         if box.session.closeAfterReply {
             connection.closeAfterFlush(.closedByServer("closed after \(box.session.authFailures) failed system.auth calls"))
         }
-    }
-
-    private static let ackPrefix: StaticString = #"{"id":"r"#
-    private static let ackMethod: StaticString = #"","method":""#
-    private static let resultSuffix: StaticString = "Result"
-    private static let errorMethod: StaticString = "error.error"
-
-    /// The sequence number a line acknowledges, when it starts like the counter-request a
-    /// subscriber sends for record "r<seq>": `{"id":"r42","method":"user.createUserResult",…` or
-    /// `…"method":"error.error",…`. Anything else (nil) is decoded as usual.
-    static func acknowledgement(_ line: UnsafeRawBufferPointer) -> UInt64? {
-        let (ackPrefix, ackMethod, resultSuffix) = (Self.ackPrefix.bytes, Self.ackMethod.bytes, Self.resultSuffix.bytes)
-        guard line.count > ackPrefix.count, line.starts(with: ackPrefix) else { return nil }
-        var index = ackPrefix.count
-        var seq: UInt64 = 0
-        var digits = 0
-        while index < line.count, line[index] >= 48, line[index] <= 57, digits < 20 {
-            let (times, o1) = seq.multipliedReportingOverflow(by: 10)
-            let (sum, o2) = times.addingReportingOverflow(UInt64(line[index] - 48))
-            guard !o1, !o2 else { return nil }
-            seq = sum
-            digits += 1
-            index += 1
-        }
-        guard digits > 0, line.count - index > ackMethod.count,
-            UnsafeRawBufferPointer(rebasing: line[index..<(index + ackMethod.count)]).elementsEqual(ackMethod)
-        else { return nil }
-        let start = index + ackMethod.count
-        guard let end = line[start...].firstIndex(of: UInt8(ascii: "\"")) else { return nil }
-        let method = UnsafeRawBufferPointer(rebasing: line[start..<end])
-        guard method.count > resultSuffix.count && method.suffix(resultSuffix.count).elementsEqual(resultSuffix)
-            || method.elementsEqual(Self.errorMethod.bytes)
-        else { return nil }
-        return seq
     }
 
     /// Starts the change feed on a connection that subscribed (after its `subscribeResult`).
