@@ -52,6 +52,8 @@ final class Follower: @unchecked Sendable {
     /// The newest sequence known anywhere up the chain: the leader's at subscribe, its records as
     /// they arrive, and what it says of the chain above it; nil until the leader was reached.
     private var leaderSequence: UInt64?
+    /// The newest record received since the last subscribe (guarded by `lock`).
+    private var newestReceived: UInt64?
     /// Where the chain above the leader is broken (a daemon there lost its own leader), while connected.
     private var chainBreak: String?
     /// The leader's own leader, when it is a follower (from `replication.position`).
@@ -189,6 +191,7 @@ final class Follower: @unchecked Sendable {
                 let from = lock.withLock {
                     self.client = client
                     lostSignal = signal
+                    newestReceived = nil
                     return applied
                 }
                 let marks = dispatcher.withState { $0.terms.marks }
@@ -223,7 +226,8 @@ final class Follower: @unchecked Sendable {
                 lock.withLock {
                     connected = true
                     lastFailure = nil
-                    leaderSequence = UInt64(clamping: result.sequence)
+                    // Records may have come before the answer was read: never below what they said.
+                    leaderSequence = max(newestReceived ?? 0, UInt64(clamping: result.sequence))
                 }
                 unreachable = 0
                 log.info("following \(leader) from sequence \(from) (the leader is at \(result.sequence))")
@@ -295,7 +299,10 @@ final class Follower: @unchecked Sendable {
         let body = seq.flatMap { JournalRecord.Body(line: line, seq: $0) }
         let (flow, schedule): (FeedFlow, Bool) = lock.withLock {
             guard stopped == nil else { return (.pause, false) }
-            if let seq, seq > leaderSequence ?? 0 { leaderSequence = seq }
+            if let seq {
+                newestReceived = max(newestReceived ?? 0, seq)
+                if seq > leaderSequence ?? 0 { leaderSequence = seq }
+            }
             inbox.append((request, body))
             let full = inbox.count - inboxHead >= Self.maxInbox
             if full { readingPaused = true }
