@@ -336,7 +336,8 @@ public final class Dispatcher: @unchecked Sendable {
             return .served(Served(disposition: .reply, failed: true, known: true))
         }
         var param = request.param
-        var prepared = plainParam.flatMap { entry.preparePlain?($0) }
+        var prepared: MethodTable<Entities>.Prepared?
+        if let plainParam, case .success(let call)? = entry.preparer(.plain(plainParam), .written) { prepared = call }
         let journaled = entry.isMutation && log != nil
         // A keyed mutation's param is journaled and digested in one form (`canonical`), so a retry
         // that writes the same param otherwise is the same mutation: the line's own bytes serve

@@ -339,10 +339,12 @@ public struct JournalReplay {
         case .success(let entry): cached = entry
         }
         guard let key = fields.key else {
-            guard let call = cached.preparePlainSilent?(plain) else { return applyParsed(fields, plain: plain, seq: seq, entry: cached) }
+            guard case .success(let call)? = cached.preparer(.plain(plain), .discarded) else {
+                return applyParsed(fields, plain: plain, seq: seq, entry: cached)
+            }
             return run(call, of: cached)
         }
-        guard let digest = fields.digest, let call = cached.preparePlain?(plain) else {
+        guard let digest = fields.digest, case .success(let call)? = cached.preparer(.plain(plain), .written) else {
             return applyParsed(fields, plain: plain, seq: seq, entry: cached)
         }
         scratch.removeAll(keepingCapacity: true)
@@ -360,8 +362,9 @@ public struct JournalReplay {
     }
 
     /// Runs a record's call silently, counting it; the reason it failed, or nil.
-    private mutating func run(_ call: MethodTable<Entities>.PreparedSilently, of entry: MethodTable<Entities>.Entry) -> String? {
-        if let error = call(&state) { return "\(entry.method) does not apply: \(error.errorMessage)" }
+    private mutating func run(_ call: MethodTable<Entities>.Prepared, of entry: MethodTable<Entities>.Entry) -> String? {
+        // A call prepared `.discarded` writes nothing here.
+        if let error = call(&state, &scratch) { return "\(entry.method) does not apply: \(error.errorMessage)" }
         applied += 1
         return nil
     }
@@ -408,10 +411,10 @@ public struct JournalReplay {
             applied += 1
             return nil
         }
-        switch entry.prepareSilent(fields.param) {
+        switch entry.preparer(.parsed(fields.param), .discarded) ?? entry.prepare(fields.param) {
         case .failure(let error): return "\(entry.method) does not apply: \(error.errorMessage)"
         case .success(let call):
-            if let error = call(&state) { return "\(entry.method) does not apply: \(error.errorMessage)" }
+            if let error = call(&state, &scratch) { return "\(entry.method) does not apply: \(error.errorMessage)" }
         }
         applied += 1
         return nil

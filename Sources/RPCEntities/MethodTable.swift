@@ -35,13 +35,23 @@ public struct MethodTable<State>: Sendable {
         }
     }
 
-    /// A decoded call that writes no reply, only its error if any (journal replay); a struct for
-    /// the same reason as `Prepared`.
-    public struct PreparedSilently: Sendable {
-        let call: @Sendable (inout State) -> RPCError?
-
-        public func callAsFunction(_ state: inout State) -> RPCError? { call(&state) }
+    /// Where a call's param comes from: left plain in the line (`PlainObject`), or parsed.
+    package enum ParamSource {
+        case plain(PlainObject)
+        case parsed(JSONValue?)
     }
+
+    /// Whether a prepared call writes its reply (a request), or only runs (journal replay of a
+    /// record with no key, whose reply nobody reads: writing it was ~5% of a restart).
+    package enum ReplyMode: Sendable {
+        case written
+        case discarded
+    }
+
+    /// An entry's one way to prepare a call: from a plain param (nil when it is not exactly the
+    /// call's fields; prepare from the parsed param then, which decodes and words the error) or
+    /// from the parsed one.
+    package typealias Preparer = @Sendable (ParamSource, ReplyMode) -> Result<Prepared, RPCError>?
 
     /// A service method's handler: decodes the param, may update the session, and writes the reply
     /// param now, fails, or answers later (it runs on the connection's loop, outside the state lock).
@@ -73,27 +83,14 @@ public struct MethodTable<State>: Sendable {
         public let access: RPCAccess
         /// Set for methods answered around the state (`system.*`): then `prepare` is not used.
         public let service: ServiceHandler?
-        /// Decodes the param (outside any lock) into a call to run against the state.
-        public let prepare: @Sendable (JSONValue?) -> Result<Prepared, RPCError>
-        /// Like `prepare`, but the call encodes no reply, only the error if any (journal replay).
-        public let prepareSilent: @Sendable (JSONValue?) -> Result<PreparedSilently, RPCError>
-        /// `prepare` for a param left plain (`RequestCodec.decode(_:methodAndParam:plainParam:)`),
-        /// for calls that decode from one (`FastDecodable`); nil when the param is not exactly the
-        /// call's fields: then `prepare` decodes the parsed param and words the error.
-        package let preparePlain: (@Sendable (PlainObject) -> Prepared?)?
-        /// `prepareSilent` for a param left plain, as `preparePlain` is `prepare`'s: journal replay
-        /// of a record with no key, whose reply nobody reads (writing it was ~5% of a restart).
-        package let preparePlainSilent: (@Sendable (PlainObject) -> PreparedSilently?)?
+        /// Decodes the param (outside any lock) into a call to run against the state (`Preparer`).
+        package let preparer: Preparer
 
         init(
             method: RPCMethod, result: RPCMethod, fields: [RPCField], isMutation: Bool, access: RPCAccess, service: ServiceHandler?,
-            prepare: @escaping @Sendable (JSONValue?) -> Result<Prepared, RPCError>,
-            prepareSilent: @escaping @Sendable (JSONValue?) -> Result<PreparedSilently, RPCError>,
-            preparePlain: (@Sendable (PlainObject) -> Prepared?)? = nil,
-            preparePlainSilent: (@Sendable (PlainObject) -> PreparedSilently?)? = nil
+            preparer: @escaping Preparer
         ) {
-            self.preparePlain = preparePlain
-            self.preparePlainSilent = preparePlainSilent
+            self.preparer = preparer
             self.method = method
             self.result = result
             self.resultHead = MethodHead(result)
@@ -102,8 +99,11 @@ public struct MethodTable<State>: Sendable {
             self.isMutation = isMutation
             self.access = access
             self.service = service
-            self.prepare = prepare
-            self.prepareSilent = prepareSilent
+        }
+
+        /// A call from the parsed param, with its reply written, or the error to answer.
+        public func prepare(_ param: JSONValue?) -> Result<Prepared, RPCError> {
+            preparer(.parsed(param), .written) ?? .failure(.internal("\(method) prepared no call; please report this bug"))
         }
     }
 
@@ -183,40 +183,32 @@ public struct MethodTable<State>: Sendable {
     ) {
         let fields = C.fields
         let method = C.method
-        @Sendable func preparedSilently(_ params: C) -> PreparedSilently {
-            PreparedSilently { state in
-                do throws(RPCError) {
-                    _ = try handler(&state, params, nil)
-                    return nil
-                } catch {
-                    return error
-                }
-            }
-        }
-        let silent: @Sendable (JSONValue?) -> Result<PreparedSilently, RPCError> = { param in
-            ParamDecoding.decode(C.self, from: param, fields: fields).map { preparedSilently($0) }
-        }
         // A request's closure holds its param and this one runner: one reference to count, not
         // the handler's and the writer's.
         let runner = Runner(handler: handler, write: write)
-        @Sendable func prepared(_ params: C) -> Prepared {
+        @Sendable func prepared(_ params: C, _ mode: ReplyMode) -> Prepared {
+            guard mode == .written else { return Prepared(call: { state, _ in runner.runSilently(&state, params) }, lookup: nil) }
             guard let touches else { return Prepared(call: { state, out in runner.run(&state, params, nil, &out) }, lookup: nil) }
             let touch = touches(params)
             let hash = ExactID.fingerprint(of: touch.id)
             return Prepared(call: { state, out in runner.run(&state, params, hash, &out) }, lookup: (touch.table, hash))
         }
-        var preparePlain: (@Sendable (PlainObject) -> Prepared?)?
-        var preparePlainSilent: (@Sendable (PlainObject) -> PreparedSilently?)?
-        if let decode = Self.plainDecoder(C.self) {
-            preparePlain = { plain in decode(plain).map { prepared($0) } }
-            preparePlainSilent = { plain in decode(plain).map { preparedSilently($0) } }
-        }
-        let prepare: @Sendable (JSONValue?) -> Result<Prepared, RPCError> = { param in
-            ParamDecoding.decode(C.self, from: param, fields: fields).map { prepared($0) }
+        let decodePlain = Self.plainDecoder(C.self)
+        let preparer: Preparer = { source, mode in
+            // No `Optional.map` or `Result.map`: each copied the decoded call once more.
+            switch source {
+            case .plain(let plain):
+                guard let decodePlain, let params = decodePlain(plain) else { return nil }
+                return .success(prepared(params, mode))
+            case .parsed(let param):
+                switch ParamDecoding.decode(C.self, from: param, fields: fields) {
+                case .success(let params): return .success(prepared(params, mode))
+                case .failure(let error): return .failure(error)
+                }
+            }
         }
         let entry = Entry(
-            method: method, result: method.result, fields: fields, isMutation: C.isMutation, access: access, service: nil, prepare: prepare,
-            prepareSilent: silent, preparePlain: preparePlain, preparePlainSilent: preparePlainSilent)
+            method: method, result: method.result, fields: fields, isMutation: C.isMutation, access: access, service: nil, preparer: preparer)
         add(entry)
     }
 
@@ -255,6 +247,16 @@ public struct MethodTable<State>: Sendable {
         func run(_ state: inout State, _ params: C, _ hash: Int?, _ out: inout [UInt8]) -> RPCError? {
             do throws(RPCError) {
                 return write(try handler(&state, params, hash), &out)
+            } catch {
+                return error
+            }
+        }
+
+        /// `run`, the reply not written (`ReplyMode.discarded`).
+        func runSilently(_ state: inout State, _ params: C) -> RPCError? {
+            do throws(RPCError) {
+                _ = try handler(&state, params, nil)
+                return nil
             } catch {
                 return error
             }
@@ -301,15 +303,10 @@ public struct MethodTable<State>: Sendable {
                 }
             }
         }
-        let notHere: @Sendable (JSONValue?) -> Result<Prepared, RPCError> = { _ in
-            .failure(.internal("\(method) is a service method; it does not run against the state"))
+        let notHere: Preparer = { _, _ in
+            .failure(.internal("\(method) is a service method; it does not run against the state and is never journaled"))
         }
-        let notJournaled: @Sendable (JSONValue?) -> Result<PreparedSilently, RPCError> = { _ in
-            .failure(.internal("\(method) is never journaled"))
-        }
-        add(Entry(
-            method: method, result: method.result, fields: fields, isMutation: false, access: access, service: run,
-            prepare: notHere, prepareSilent: notJournaled))
+        add(Entry(method: method, result: method.result, fields: fields, isMutation: false, access: access, service: run, preparer: notHere))
     }
 }
 

@@ -25,7 +25,7 @@ extension JournalReplay {
         /// Nil for a snapshot's key line (read in turn, as its header is).
         let record: Result<(fields: JournalRecord.Fields, plain: PlainObject?), JournalLineError>?
         /// The record's call, for a record without a key whose plain param decoded.
-        let prepared: (entry: MethodTable<Entities>.Entry, call: MethodTable<Entities>.PreparedSilently)?
+        let prepared: (entry: MethodTable<Entities>.Entry, call: MethodTable<Entities>.Prepared)?
     }
 
     /// Parses record lines for one replay, on one thread at a time (its method cache is not shared).
@@ -45,7 +45,7 @@ extension JournalReplay {
             if snapshot && JournalSnapshot.isKeyLine(line) { return ParsedLine(record: nil, prepared: nil) }
             let record = JournalRecord.replayFields(line)
             guard case .success(let decoded) = record, decoded.fields.key == nil, let plain = decoded.plain,
-                let entry = entry(decoded.fields.method), let call = entry.preparePlainSilent?(plain)
+                let entry = entry(decoded.fields.method), case .success(let call)? = entry.preparer(.plain(plain), .discarded)
             else { return ParsedLine(record: record, prepared: nil) }
             return ParsedLine(record: record, prepared: (entry, call))
         }
