@@ -1,64 +1,6 @@
 import CRPCLinux
 import RPCSchema
 
-/// Where applied mutations go, in apply order (the journal). Called with the state lock held, so
-/// the order it sees is the order the state saw.
-public protocol MutationLog: AnyObject, Sendable {
-    /// Refuses mutations (with the returned reason) while the log cannot take them, e.g. after a failed write.
-    func refusal() -> String?
-    /// Nil when the log takes `count` more mutations, whatever their size: a turn asks once for
-    /// all its mutations (the log's lock is one the journal writer also takes), and when it is
-    /// refused, asks `refusal()` before each one, as a lone mutation does.
-    func refusal(records count: Int) -> String?
-    /// Records one applied mutation (its record's bytes, encoded before the lock was taken);
-    /// returns the ticket its reply must wait for (nil: durable now).
-    func record(_ body: JournalRecord.Body) -> UInt64?
-    /// Records a leader's mutation under the leader's sequence number `seq` (on a follower, whose
-    /// journal stays byte-compatible with its leader's); returns the ticket, as `record` does.
-    func record(_ body: JournalRecord.Body, at seq: UInt64) -> UInt64?
-    /// Called once the state lock is released by a caller whose `record` returned a ticket: starts
-    /// what `record` left for later (the journal's writer), so the lock is never held across a
-    /// thread wake-up.
-    func recorded()
-    /// Calls `done` once `ticket` is durable (`nil`) or can never be (the reason). Any thread.
-    func whenDurable(_ ticket: UInt64, _ done: @escaping @Sendable (_ failure: String?) -> Void)
-    /// Why a mutation is refused now, as the error its caller gets (nil: taken).
-    func refusalError() -> RPCError?
-    /// Calls `done` once `ticket` may be acknowledged to its client (durable here, and wherever
-    /// else the daemon's policy asks), or with the error the client gets instead. Any thread.
-    func whenConfirmed(_ ticket: UInt64, _ done: @escaping @Sendable (RPCError?) -> Void)
-    /// The last ticket recorded, while it is not yet confirmed and reads must not be answered
-    /// before it is (nil: a read may be answered now).
-    func readFence() -> UInt64?
-    /// Whether reads may have to wait at all (`readFence` is asked only then).
-    var fencesReads: Bool { get }
-    /// Why a read may be stale here now, as the error a connection that did not allow stale reads
-    /// gets (nil: reads are answered).
-    func readRefusal() -> RPCError?
-}
-
-extension MutationLog {
-    /// A log whose refusal does not depend on how many mutations come.
-    public func refusal(records count: Int) -> String? { refusal() }
-    public func refusalError() -> RPCError? { refusal().map { .internal("mutations are refused: \($0)") } }
-    /// A log whose reads need not wait.
-    public func readFence() -> UInt64? { nil }
-    public var fencesReads: Bool { false }
-    public func readRefusal() -> RPCError? { nil }
-    /// A log whose records are confirmed once durable.
-    public func whenConfirmed(_ ticket: UInt64, _ done: @escaping @Sendable (RPCError?) -> Void) {
-        whenDurable(ticket) { failure in done(failure.map(Self.notSaved)) }
-    }
-    /// What a mutation's client gets when its record could not be made durable.
-    public static func notSaved(_ failure: String) -> RPCError {
-        .internal("the change was applied but not saved: \(failure); it may be lost on restart")
-    }
-    /// A log that numbers records itself ignores the leader's number.
-    public func record(_ body: JournalRecord.Body, at seq: UInt64) -> UInt64? { record(body) }
-    /// A log with nothing to start after recording.
-    public func recorded() {}
-}
-
 /// Turns request lines into counter-request lines: decode the envelope, find the method, run it
 /// against the entities, encode the reply in the connection's wire form.
 ///
@@ -66,15 +8,15 @@ extension MutationLog {
 /// by one lock held only while a handler runs (decoding and encoding happen outside it).
 public final class Dispatcher: @unchecked Sendable {
     // @unchecked: `state` is only touched with `lock` held, one `inout` access a batch.
-    private let lock = SpinningLock()
-    private var state: Entities
+    let lock = SpinningLock()
+    var state: Entities
     public let table: MethodTable<Entities>
-    private let log: MutationLog?
-    private let onCounterRequest: @Sendable (Request) -> Void
+    let log: MutationLog?
+    let onCounterRequest: @Sendable (Request) -> Void
     /// What the service methods (`system.*`) read; nil: they answer `internal`.
-    private let context: (any ServiceContext)?
+    let context: (any ServiceContext)?
     /// Set on a follower: why mutations from clients are refused (guarded by `lock`).
-    private var readOnlyMessage: String?
+    var readOnlyMessage: String?
 
     public typealias Session = RPCEntities.Session
 
@@ -108,82 +50,6 @@ public final class Dispatcher: @unchecked Sendable {
         self.table = table
         self.log = log
         self.onCounterRequest = onCounterRequest
-    }
-
-    /// Handles one line (without its terminator) and appends the reply, if any, to `out`: `admit`,
-    /// then the call run or the service method served at once.
-    public func handle(line: UnsafeRawBufferPointer, session: inout Session, into out: inout [UInt8]) -> Disposition {
-        var calls: [Call] = []
-        switch admit(line, subscriber: false, session: &session, into: &out, calls: &calls) {
-        case .call:
-            var outcomes: [(served: Served, end: Int)] = []
-            run(calls[...], into: &out, outcomes: &outcomes)
-            return outcomes[0].served.disposition
-        case .answered(let served, _, _, _):
-            return served.disposition
-        case .service(let request):
-            return serveService(request, session: &session, into: &out).disposition
-        case .acknowledged, .none:
-            return .none
-        }
-    }
-
-    /// What `admit` made of one line.
-    package enum Admission {
-        /// A call to run with the others of its batch (under one hold of the state lock): appended to `calls`.
-        case call(id: String, method: RPCMethod, form: WireForm)
-        /// Answered at once (a refusal, a bad param, a line that is no request): the reply is in
-        /// `out`. `method` is nil for a line that is no request.
-        case answered(Served, id: String, method: RPCMethod?, form: WireForm)
-        /// A service method (`system.*`), to `serve` now, after the calls admitted before it ran.
-        case service(Request)
-        /// A change-feed subscriber acknowledged record `seq` (never answered).
-        case acknowledged(UInt64)
-        /// A counter-request, handed to the counter-request hook; nothing to answer.
-        case none
-    }
-
-    /// The one door every line goes through: decoded once (`RequestCodec.scan`), then
-    /// authorized, prepared and staged (`stage`), answered at once when it fails, or handed back
-    /// as a service call, an acknowledgement or a counter-request. `subscriber`: the connection
-    /// follows the change feed, so its `r<seq>` counter-requests acknowledge records.
-    package func admit(
-        _ line: UnsafeRawBufferPointer, subscriber: Bool, session: inout Session, into out: inout [UInt8], calls: inout [Call]
-    ) -> Admission {
-        if subscriber, let seq = RequestCodec.feedAcknowledgement(line) { return .acknowledged(seq) }
-        let scanned = RequestCodec.scan(line)
-        let left = scanned.left
-        switch scanned.decoded {
-        case .request(let request):
-            if session.form == nil { session.form = request.form }
-            let form = session.form ?? .canonical
-            switch stage(request, left: left, session: &session, into: &out, calls: &calls) {
-            case .call: return .call(id: request.id, method: request.method, form: form)
-            case .served(let served): return .answered(served, id: request.id, method: request.method, form: form)
-            case .service: return .service(request.withParam(from: left.plainParam))
-            }
-        case .counterRequest(let request):
-            if session.form == nil { session.form = request.form }
-            guard subscriber else {
-                onCounterRequest(request)
-                return .none
-            }
-            // A subscriber's acknowledgement of record "r<seq>" in a form the prefix did not catch.
-            if request.id.utf8.first == UInt8(ascii: "r"), let seq = UInt64(request.id.dropFirst()) { return .acknowledged(seq) }
-            return .none
-        case .invalid(let id, let error, let form):
-            if session.form == nil, let form { session.form = form }
-            let replyForm = session.form ?? .canonical
-            RequestCodec.encodeError(id: id, error, form: replyForm, into: &out)
-            return .answered(Served(disposition: .reply, failed: true, known: false), id: id, method: nil, form: replyForm)
-        }
-    }
-
-    /// Handles a decoded request for a connection that may call everything; the reply goes in `form`.
-    public func handle(_ request: Request, form: WireForm, into out: inout [UInt8]) -> Disposition {
-        var session = Session()
-        session.form = form
-        return serve(request, session: &session, into: &out).disposition
     }
 
     /// What serving one request came to, for statistics.
@@ -272,121 +138,6 @@ public final class Dispatcher: @unchecked Sendable {
             return outcome.digest == IdempotencyKeys.legacyDigest(method: method, param: param)
         }
     }
-
-    /// What `stage` made of a request.
-    public enum Stage {
-        /// Ready to run (with others, under one hold of the state lock): appended to `calls`, for `run`.
-        case call
-        /// Answered already (an unknown method, a refusal, a bad param): the reply is in `out`.
-        case served(Served)
-        /// A service method (`system.*`): `serve` it, after every call staged before it has run.
-        case service
-    }
-
-    /// Everything about `request` that needs no state: the method, the caller's right to call it,
-    /// the param, the journal record. Errors are answered into `out` at once; a call is appended
-    /// to `calls` (built in place there: handing it back in the `Stage` cost a copy and a destroy
-    /// of its every string, closure and array, ~30 reference-count operations a request).
-    ///
-    /// `left`: what the decoder left in the line (`LeftInLine`): the method and param bytes a
-    /// journal record copies, a plain param (a `.service` request is then served `withParam(from:)`
-    /// it), a plain key.
-    package func stage(
-        _ request: Request, left: LeftInLine = LeftInLine(), session: inout Session, into out: inout [UInt8], calls: inout [Call]
-    ) -> Stage {
-        let (methodAndParam, plainParam, plainKey) = (left.methodAndParam, left.plainParam, left.plainKey)
-        if let scope = session.principal, request.key != nil || plainKey != nil, table.entry(for: request.method)?.isMutation == true {
-            // A principal's keys are its own: the key table, the journal and the feed hold them as
-            // `NAME\u0000KEY`, so another principal can neither read the outcome nor block the key.
-            let key = request.key ?? plainKey.map { String(decoding: $0, as: UTF8.self) } ?? ""
-            let scoped = Keyed.scoped(key, by: scope)
-            guard scoped.utf8.count <= Request.maxKeyBytes else {
-                let room = Request.maxKeyBytes - scope.utf8.count - 1
-                RequestCodec.encodeError(
-                    id: request.id,
-                    .invalidRequest("\"key\" is \(key.utf8.count) bytes; keys of principal \"\(scope)\" are at most \(room) bytes (\(Request.maxKeyBytes) with its name); use a shorter key"),
-                    form: session.form ?? .canonical, into: &out)
-                return .served(Served(disposition: .reply, failed: true, known: true))
-            }
-            var request = request
-            request.key = scoped
-            return stageRequest(request, methodAndParam: methodAndParam, plainParam: plainParam, plainKey: nil, session: &session, into: &out, calls: &calls)
-        }
-        return stageRequest(request, methodAndParam: methodAndParam, plainParam: plainParam, plainKey: plainKey, session: &session, into: &out, calls: &calls)
-    }
-
-    private func stageRequest(
-        _ request: Request, methodAndParam lineBytes: UnsafeRawBufferPointer?, plainParam: PlainObject?,
-        plainKey: UnsafeRawBufferPointer?, session: inout Session, into out: inout [UInt8], calls: inout [Call]
-    ) -> Stage {
-        let form = session.form ?? .canonical
-        guard let entryIndex = table.index(of: request.method) else {
-            RequestCodec.encodeError(id: request.id, methodNotFound(request.method), form: form, into: &out)
-            return .served(Served(disposition: .reply, failed: true, known: false))
-        }
-        let entry = table.entries[entryIndex]
-        if let refusal = session.refusal(of: entry.method, needing: entry.access) {
-            context?.refused(entry.method, refusal, session: session)
-            RequestCodec.encodeError(id: request.id, refusal, form: form, into: &out)
-            return .served(Served(disposition: .reply, failed: true, known: true))
-        }
-        if entry.service != nil { return .service }
-        if !entry.isMutation && !session.staleReads, let refusal = log?.readRefusal() {
-            RequestCodec.encodeError(id: request.id, refusal, form: form, into: &out)
-            return .served(Served(disposition: .reply, failed: true, known: true))
-        }
-        var param = request.param
-        var prepared: MethodTable<Entities>.Prepared?
-        if let plainParam, case .success(let call)? = entry.preparer(.plain(plainParam), .written) { prepared = call }
-        let journaled = entry.isMutation && log != nil
-        // A keyed mutation's param is journaled and digested in one form (`canonical`), so a retry
-        // that writes the same param otherwise is the same mutation: the line's own bytes serve
-        // when they are that form already (a plain param with its fields in declared order).
-        let canonicalize = entry.isMutation && (request.key != nil || plainKey != nil)
-            && !(plainParam?.keys(inOrder: entry.fieldNames) ?? false)
-        let methodAndParam = canonicalize ? nil : lineBytes
-        // The parsed param, where a plain one was not enough: to decode and word an error, for a
-        // journal body or a key's digest not made from the line's own bytes, and in debug builds
-        // for the journal body's check of its copied bytes. (A keyed create parsed it always: ~10%
-        // of its cost, for a legacy digest it almost never meets; see `Keyed.matches`.)
-        let keyedWithoutBytes = entry.isMutation && (request.key != nil || plainKey != nil) && !(journaled && methodAndParam != nil)
-        let needsParsed = prepared == nil || (journaled && methodAndParam == nil) || keyedWithoutBytes
-        if let plainParam, needsParsed || Self.checksCopiedBytes { param = plainParam.value }
-        if prepared == nil {
-            switch entry.prepare(param) {
-            case .success(let call): prepared = call
-            case .failure(let error):
-                RequestCodec.encodeError(id: request.id, error, form: form, into: &out)
-                return .served(Served(disposition: .reply, failed: true, known: true))
-            }
-        }
-        // After `prepare`, which validates what the peer sent as it sent it. The digest of the
-        // param as sent is kept too: outcomes remembered before params were canonical have it.
-        var asSent: UInt64?
-        if canonicalize {
-            asSent = IdempotencyKeys.digest(method: request.method, param: param)
-            param = param?.canonical(fieldOrder: entry.fieldNames)
-        }
-        let body = journaled ? JournalRecord.Body(request, param: param, methodAndParam: methodAndParam, plainKey: plainKey) : nil
-        var keyed: Keyed?
-        if entry.isMutation, let keyBytes = Keyed.bytes(key: request.key, plainKey: plainKey, body: body) {
-            keyed = Keyed(
-                hash: keyBytes.hash, bytes: keyBytes.bytes, digest: body?.digest ?? IdempotencyKeys.digest(method: request.method, param: param),
-                method: request.method, param: param, paramInBody: plainParam != nil && !needsParsed, digestAsSent: asSent)
-        }
-        guard let prepared else { preconditionFailure("a call is prepared or answered") }
-        calls.append(Call(
-            id: request.id, result: entryIndex, form: form, prepared: prepared, isMutation: entry.isMutation, body: body,
-            keyed: keyed))
-        return .call
-    }
-
-    /// Whether assertions run (debug builds): then a plain param is parsed too, for `JournalRecord.Body`'s check.
-    private static let checksCopiedBytes: Bool = {
-        var checks = false
-        assert({ checks = true; return true }())
-        return checks
-    }()
 
     /// Runs staged calls in order under one hold of the state lock, appending each reply line to
     /// `out`; `outcomes` gets, per call, what to do with its reply and where in `out` it ends.
@@ -610,95 +361,6 @@ public final class Dispatcher: @unchecked Sendable {
         let names = known.map(\.description)
         let suggestion = Suggestion.hint(for: method.description, among: names)
         return .methodNotFound("\(hint)\(suggestion); methods: \(names.joined(separator: ", "))")
-    }
-
-    /// Makes mutations from clients fail with `readOnly` and `message` (a follower), or serves
-    /// them again (nil).
-    public func setReadOnly(_ message: String?) {
-        lock.withLock { readOnlyMessage = message }
-    }
-
-    /// What applying a leader's mutation came to.
-    public enum Replicated: Sendable {
-        /// Applied and logged; the reply param is in `out`; acknowledge once `ticket` is durable
-        /// (nil: now).
-        case applied(ticket: UInt64?)
-        /// The log takes no mutations now (its writer is behind, or it failed): try again later.
-        case refused(String)
-        /// It does not apply to this state (the follower has diverged): why.
-        case failed(RPCError)
-    }
-
-    /// Applies a mutation a leader sent with its sequence number `seq` (a follower), through the
-    /// same method table as replay, and logs it under `seq`; the reply param goes in `out`. A keyed
-    /// mutation's outcome is remembered, as when serving it, so a retry after a failover finds it.
-    /// The caller checks that `seq` follows the last one applied. `body` is the record's bytes as
-    /// the leader journaled them (nil: encoded from `request`).
-    public func applyReplicated(
-        _ request: Request, body: JournalRecord.Body? = nil, seq: UInt64, into out: inout [UInt8]
-    ) -> Replicated {
-        guard let entry = table.entry(for: request.method), entry.isMutation, entry.service == nil else {
-            return .failed(.methodNotFound("\(request.method) is not a mutation this daemon knows; upgrade this follower to the leader's version"))
-        }
-        let prepared: MethodTable<Entities>.Prepared
-        switch entry.prepare(request.param) {
-        case .success(let call): prepared = call
-        case .failure(let error): return .failed(error)
-        }
-        let body = log.map { _ in body ?? JournalRecord.Body(request) }
-        let keyed = request.key.map {
-            (IdempotencyKeys.Key($0), body?.digest ?? IdempotencyKeys.digest(method: request.method, param: request.param))
-        }
-        let now = crpc_monotonic_ns()
-        lock.lock()
-        defer {
-            lock.unlock()
-            log?.recorded()
-        }
-        if let log, let reason = log.refusal() { return .refused(reason) }
-        let start = out.count
-        if let error = prepared(&state, &out) { return .failed(error) }
-        if let (key, digest) = keyed {
-            state.keys.remember(key, digest: digest, reply: out[start...], seq: seq, now: now)
-        }
-        return .applied(ticket: body.flatMap { log?.record($0, at: seq) })
-    }
-
-    /// Starts term `term` (id `id`, led from `leader`): journals its `replication.term` record
-    /// and adds it to the history; the record's sequence number (its durability ticket), or nil
-    /// when the log refuses it now (with why).
-    public func startTerm(_ term: UInt64, id: String, leader: String) -> Result<UInt64, RPCError> {
-        guard let log else { return .failure(.internal("this daemon keeps no journal to start a term in")) }
-        let param = ReplicationTerm(term: Int(clamping: term), termId: id, leader: leader)
-        let request = Request(id: "", method: ReplicationTerm.method, param: try? JSONValueEncoder().encode(param))
-        let body = JournalRecord.Body(request)
-        lock.lock()
-        defer {
-            lock.unlock()
-            log.recorded()
-        }
-        if let reason = log.refusal() { return .failure(.internal(reason)) }
-        if let last = state.terms.current, last.term >= term { return .failure(.internal("term \(term) does not follow term \(last.term)")) }
-        let seq = log.record(body) ?? 0
-        _ = state.terms.add(.init(term: term, id: id, start: seq, leader: leader))
-        return .success(seq)
-    }
-
-    /// A leader's `replication.term` record, sequence number `seq`, on a follower: journaled under
-    /// `seq` (its bytes as sent) and added to the history. Fails when the term does not grow.
-    public func applyTerm(_ request: Request, body: JournalRecord.Body?, seq: UInt64) -> Replicated {
-        guard let record = try? JSONValueDecoder().decode(ReplicationTerm.self, from: request.param ?? .null),
-            let entry = TermHistory.Term(record, start: seq)
-        else { return .failed(.invalidParams(TermHistory.recordNeeds)) }
-        let body = log.map { _ in body ?? JournalRecord.Body(request) }
-        lock.lock()
-        defer {
-            lock.unlock()
-            log?.recorded()
-        }
-        if let log, let reason = log.refusal() { return .refused(reason) }
-        if let reason = state.terms.add(entry) { return .failed(.conflict(reason)) }
-        return .applied(ticket: body.flatMap { log?.record($0, at: seq) })
     }
 
     /// Runs `body` with the state lock held (snapshots, stats).

@@ -268,7 +268,8 @@ struct ClientRetryTests {
             }
             #expect(applied?.contains("user.createUserResult") == true, "\(applied ?? "nil")")
             peer.closePeer()  // applied, but the reply is lost with the connection
-            try await offPool { try peer.accept() }
+            // The client reconnects after its policy's backoff; under a loaded suite that passed 5 s.
+            try await offPool { try peer.accept(timeout: TestPace.seconds(30)) }
             let second = try await offPool { try peer.readLine() }
             #expect(second == first)
             let replayed = try await offPool { () throws -> String? in
