@@ -37,10 +37,9 @@ public struct CreateUser: RPCCall, Hashable {
     public var id: String
     public var name: String
     public var email: String
+    /// The user it creates, field for field.
     public init(id: String, name: String, email: String) {
-        self.id = id
-        self.name = name
-        self.email = email
+        (self.id, self.name, self.email) = (id, name, email)
     }
 }
 
