@@ -31,9 +31,7 @@ public struct RPCChange: Sendable, Equatable, CustomStringConvertible {
 
     /// The change as the call `C`: nil when it was made by another method, or its param does not
     /// decode as `C` (a newer daemon's field).
-    public func `as`<C: RPCCall>(_ type: C.Type) -> C? {
-        method == C.method ? try? JSONValueDecoder().decode(C.self, from: param) : nil
-    }
+    public func `as`<C: RPCCall>(_ type: C.Type) -> C? { decoded(C.self, C.method) }
 
     /// `replication.snapshotBegin`: a snapshot follows; forget your state, the next `records`
     /// changes (each with `isSnapshotRecord`) rebuild it as of `sequence`.

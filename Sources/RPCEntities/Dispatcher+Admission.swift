@@ -68,7 +68,7 @@ extension Dispatcher {
             if session.form == nil, let form { session.form = form }
             let replyForm = session.form ?? .canonical
             RequestCodec.encodeError(id: id, error, form: replyForm, into: &out)
-            return .answered(Served(disposition: .reply, failed: true, known: false), id: id, method: nil, form: replyForm)
+            return .answered(Served(disposition: .reply, failed: true, known: true), id: id, method: nil, form: replyForm)
         }
     }
 
@@ -100,11 +100,10 @@ extension Dispatcher {
     package func stage(
         _ request: Request, left: LeftInLine = LeftInLine(), session: inout Session, into out: inout [UInt8], calls: inout [Call]
     ) -> Stage {
-        let (methodAndParam, plainParam, plainKey) = (left.methodAndParam, left.plainParam, left.plainKey)
-        if let scope = session.principal, request.key != nil || plainKey != nil, table.entry(for: request.method)?.isMutation == true {
+        if let scope = session.principal, request.key != nil || left.plainKey != nil, table.entry(for: request.method)?.isMutation == true {
             // A principal's keys are its own: the key table, the journal and the feed hold them as
             // `NAME\u0000KEY`, so another principal can neither read the outcome nor block the key.
-            let key = request.key ?? plainKey.map { String(decoding: $0, as: UTF8.self) } ?? ""
+            let key = request.key ?? left.plainKey.map { String(decoding: $0, as: UTF8.self) } ?? ""
             let scoped = Keyed.scoped(key, by: scope)
             guard scoped.utf8.count <= Request.maxKeyBytes else {
                 let room = Request.maxKeyBytes - scope.utf8.count - 1
@@ -116,15 +115,17 @@ extension Dispatcher {
             }
             var request = request
             request.key = scoped
-            return stageRequest(request, methodAndParam: methodAndParam, plainParam: plainParam, plainKey: nil, session: &session, into: &out, calls: &calls)
+            var left = left
+            left.plainKey = nil
+            return stageRequest(request, left: left, session: &session, into: &out, calls: &calls)
         }
-        return stageRequest(request, methodAndParam: methodAndParam, plainParam: plainParam, plainKey: plainKey, session: &session, into: &out, calls: &calls)
+        return stageRequest(request, left: left, session: &session, into: &out, calls: &calls)
     }
 
     private func stageRequest(
-        _ request: Request, methodAndParam lineBytes: UnsafeRawBufferPointer?, plainParam: PlainObject?,
-        plainKey: UnsafeRawBufferPointer?, session: inout Session, into out: inout [UInt8], calls: inout [Call]
+        _ request: Request, left: LeftInLine, session: inout Session, into out: inout [UInt8], calls: inout [Call]
     ) -> Stage {
+        let (lineBytes, plainParam, plainKey) = (left.methodAndParam, left.plainParam, left.plainKey)
         let form = session.form ?? .canonical
         guard let entryIndex = table.index(of: request.method) else {
             RequestCodec.encodeError(id: request.id, methodNotFound(request.method), form: form, into: &out)

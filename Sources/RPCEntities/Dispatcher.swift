@@ -57,7 +57,8 @@ public final class Dispatcher: @unchecked Sendable {
         public var disposition: Disposition
         /// The reply is an `error.error`.
         public var failed: Bool
-        /// The method is in the table (unknown methods are counted together).
+        /// The method is in the table, or the line was no request (counted as an invalid line);
+        /// false: unknown methods, counted together.
         public var known: Bool
     }
 

@@ -411,7 +411,7 @@ public struct JournalReplay {
             applied += 1
             return nil
         }
-        switch entry.preparer(.parsed(fields.param), .discarded) ?? entry.prepare(fields.param) {
+        switch entry.prepare(fields.param, .discarded) {
         case .failure(let error): return "\(entry.method) does not apply: \(error.errorMessage)"
         case .success(let call):
             if let error = call(&state, &scratch) { return "\(entry.method) does not apply: \(error.errorMessage)" }

@@ -102,8 +102,11 @@ public struct MethodTable<State>: Sendable {
         }
 
         /// A call from the parsed param, with its reply written, or the error to answer.
-        public func prepare(_ param: JSONValue?) -> Result<Prepared, RPCError> {
-            preparer(.parsed(param), .written) ?? .failure(.internal("\(method) prepared no call; please report this bug"))
+        public func prepare(_ param: JSONValue?) -> Result<Prepared, RPCError> { prepare(param, .written) }
+
+        /// A call from the parsed param (which always gives a call or an error), or the error.
+        package func prepare(_ param: JSONValue?, _ mode: ReplyMode) -> Result<Prepared, RPCError> {
+            preparer(.parsed(param), mode) ?? .failure(.internal("\(method) prepared no call; please report this bug"))
         }
     }
 

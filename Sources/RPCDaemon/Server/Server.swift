@@ -250,9 +250,7 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
             turn.add(.init(connection: connection, method: method, id: id, form: form, kind: .call))
             if turn.isFull || !connection.loop.inTurn { finish(turn, stats) }
             return
-        case .answered(var served, let id, let method, let form):
-            // A line that is no request is counted as one, not as an unknown method.
-            if method == nil { served.known = true }
+        case .answered(let served, let id, let method, let form):
             let kind = TurnBatch.Kind.answered(served, mark..<turn.staged.count)
             turn.add(.init(connection: connection, method: method ?? LoopState.invalidLine, id: id, form: form, kind: kind))
             if turn.isFull || !connection.loop.inTurn { finish(turn, stats) }
