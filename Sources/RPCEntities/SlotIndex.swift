@@ -10,7 +10,7 @@ import CRPCLinux
 ///   holder can ask for ahead, `prefetch`), and asks the owner to compare keys only where a tag
 ///   matches (one in 16 million for another key);
 /// - growing moves slots without reading any key, up to 2^24 slots a shard.
-/// At most half full (removals leave tombstones until the next rebuild), a quarter after a rebuild.
+/// At most half full (removals leave tombstones until the next rebuild), about a quarter after a growth.
 struct SlotIndex: Sendable {
     private(set) var slots: [UInt64] = []
     /// Live slots, and live plus tombstones.
@@ -120,10 +120,13 @@ struct SlotIndex: Sendable {
         if count * 2 > slots.count { rebuild(forLive: max(count, live), hashOf: hashOf) }
     }
 
-    /// Rehashes into a table at most a quarter full for `live` keys (tombstones dropped).
+    /// Rehashes into the smallest table at most 40% full for `live` keys (tombstones dropped): a
+    /// growth doubles it, to a quarter full, and churn at a steady count rebuilds only after a
+    /// tenth of the table turned into tombstones. (Room for four times `live` quadrupled it at
+    /// each growth: up to 64 bytes of slots a record.)
     private mutating func rebuild(forLive live: Int, hashOf: (Int) -> Int) {
         var capacity = 16
-        while capacity < live * 4 { capacity *= 2 }
+        while capacity < live * 5 / 2 { capacity *= 2 }
         var rebuilt = [UInt64](repeating: 0, count: capacity)
         let mask = capacity - 1
         let tagHoldsHome = UInt64(capacity) <= Self.tagMask + 1

@@ -199,7 +199,10 @@ extension SortedIDs.Node {
             if i < keys.count && keys.withUnsafeBufferPointer({ SortedIDs.Key.compare($0[i], id) }) == 0 { return (false, nil) }
             keys.insert(id, at: i)
             guard keys.count > SortedIDs.leafCapacity else { return (true, nil) }
-            let right = Self(keys: Self.moveUpperHalf(from: &keys, keeping: keys.count / 2, leaving: SortedIDs.Key.placeholder, room: capacity + 1))
+            // An id past all of the leaf's splits off alone: ids that come in order (a counter, a
+            // date) leave full leaves behind, not half-full ones (half the index's memory).
+            let keeping = i == keys.count - 1 ? keys.count - 1 : keys.count / 2
+            let right = Self(keys: Self.moveUpperHalf(from: &keys, keeping: keeping, leaving: SortedIDs.Key.placeholder, room: capacity + 1))
             return (true, (right.keys[0], right))
         }
         let c = SortedIDs.upperBound(keys, id)
@@ -208,8 +211,9 @@ extension SortedIDs.Node {
         keys.insert(separator, at: c)
         children.insert(newChild, at: c + 1)
         guard children.count > SortedIDs.innerCapacity else { return (inserted, nil) }
-        // Children [0, half) stay; keys[half - 1] separates the halves and moves up.
-        let half = children.count / 2
+        // Children [0, half) stay; keys[half - 1] separates the halves and moves up. A child
+        // added last splits off alone, as a leaf's last id does.
+        let half = c + 1 == children.count - 1 ? children.count - 1 : children.count / 2
         let rightKeys = Self.moveUpperHalf(from: &keys, keeping: half, leaving: SortedIDs.Key.placeholder, room: capacity)
         let promoted = keys.removeLast()
         let right = Self(keys: rightKeys, children: Self.moveUpperHalf(from: &children, keeping: half, leaving: Self(), room: capacity + 1))

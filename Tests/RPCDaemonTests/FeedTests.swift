@@ -29,6 +29,7 @@ struct FeedTests {
     @Test("memory: a chunk starts at the asked-for record, ends on a line, respects the byte budget, and says when it is not held")
     func chunks() {
         let feed = ReplicationFeed(files: DataFiles(path: "/nonexistent"), durable: 10, snapshotSeq: 0, maxLineBytes: 1 << 20, maxMemoryBytes: 1 << 20, log: Logger(level: .error))
+        feed.keepsBacklogAlways = true
         feed.published(lines(11...15), lastSeq: 15)
         feed.published(lines(16...20), lastSeq: 20)
         guard case .lines(let a, let lastA) = feed.chunk(from: 13, maxBytes: 1 << 20) else { Issue.record("no chunk"); return }
@@ -43,10 +44,20 @@ struct FeedTests {
     func memoryBound() {
         let one = line(1).count
         let feed = ReplicationFeed(files: DataFiles(path: "/nonexistent"), durable: 0, snapshotSeq: 0, maxLineBytes: 1 << 20, maxMemoryBytes: one * 10, log: Logger(level: .error))
+        feed.keepsBacklogAlways = true
         for seq in UInt64(1)...100 { feed.published(line(seq), lastSeq: seq) }
         if case .notInMemory = feed.chunk(from: 50, maxBytes: 100) {} else { Issue.record("50 should be gone from memory") }
         guard case .lines(let tail, _) = feed.chunk(from: 95, maxBytes: 1 << 20) else { Issue.record("95 should be held"); return }
         #expect(seqs(tail) == [95])
+    }
+
+    @Test("no subscriber ever attached: memory keeps nothing, and every record comes from the files")
+    func noBacklogWithoutSubscribers() {
+        let feed = ReplicationFeed(files: DataFiles(path: "/nonexistent"), durable: 0, snapshotSeq: 0, maxLineBytes: 1 << 20, maxMemoryBytes: 1 << 20, log: Logger(level: .error))
+        for seq in UInt64(1)...20 { feed.published(line(seq), lastSeq: seq) }
+        if case .notInMemory = feed.chunk(from: 20, maxBytes: 100) {} else { Issue.record("20 should not be held: nobody subscribed") }
+        if case .upToDate = feed.chunk(from: 21, maxBytes: 100) {} else { Issue.record("the durable sequence is still 20") }
+        #expect(feed.sequences.durable == 20)
     }
 
     @Test("files: reads on by sequence number, stops at the durable one, finds the next journal, and reports records compacted away")

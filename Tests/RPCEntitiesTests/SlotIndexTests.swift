@@ -71,6 +71,15 @@ import Testing
         #expect(owner.index.slots.count <= max(16, model.count * 8), "\(owner.index.slots.count) slots for \(model.count) keys")
     }
 
+    /// A growth doubles the table: at most four slots a key, not eight (room for four times the
+    /// keys at each growth quadrupled it).
+    @Test func growthDoublesTheTable() {
+        var owner = Owner()
+        for name in 0..<5_000 { owner.add(name, hash: Self.hash(name, colliding: false)) }
+        #expect(owner.index.slots.count <= 4 * 5_000, "\(owner.index.slots.count) slots for 5,000 keys")
+        for name in 0..<5_000 { #expect(owner.find(name, hash: Self.hash(name, colliding: false)) == name) }
+    }
+
     @Test func reservedRoomKeepsEveryKey() {
         var owner = Owner()
         for name in 0..<1_000 { owner.add(name, hash: Self.hash(name, colliding: false)) }

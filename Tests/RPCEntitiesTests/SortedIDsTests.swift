@@ -88,6 +88,19 @@ import RPCSchema
         #expect(up.ids(after: nil, limit: -1).isEmpty && up.ids(after: nil, limit: Int.min).isEmpty)
     }
 
+    /// Ids that come in order fill their leaves: a leaf past which an id goes splits it off alone
+    /// (a half split left every leaf half full, the index's memory doubled); ids that come
+    /// in reverse still split in halves.
+    @Test func idsInOrderFillTheirLeaves() {
+        var up = SortedIDs()
+        for n in 0..<20_000 { up.insert(ExactID(String(format: "%08d", n))) }
+        func leaves(_ node: SortedIDs.Node) -> Int { node.isLeaf ? 1 : node.children.reduce(0) { $0 + leaves($1) } }
+        #expect(leaves(up.root) <= 20_000 / SortedIDs.leafCapacity + 1, "\(leaves(up.root)) leaves for 20,000 ids")
+        #expect(up.violation() == nil && up.count == 20_000)
+        up.insert(ExactID("00000100a"))
+        #expect(up.violation() == nil && up.ids(after: "00000100", limit: 2) == ["00000100a", "00000101"])
+    }
+
     /// Each id of the index costs its text and the three words beside it: 40 bytes, not more.
     @Test func aKeyIsFortyBytes() {
         #expect(MemoryLayout<SortedIDs.Key>.stride == 40)

@@ -10,7 +10,10 @@ import RPCTransport
 /// for the disk); one whose next record a compaction moved into the snapshot is disconnected with
 /// a logged reason (it subscribes again, with a snapshot).
 ///
-/// Bounded: memory keeps `maxMemoryBytes` of batches for everyone; each subscriber has at most
+/// Bounded: memory keeps `maxMemoryBytes` of batches for everyone, and only while a subscriber is
+/// attached or left less than `backlogSeconds` ago (a leader nobody follows keeps none, as Redis
+/// allocates its backlog with the first replica; a follower that reconnects later reads the
+/// files); each subscriber has at most
 /// its window of output queued (1 MiB), and there are at most `maxSubscribers`. A slow subscriber costs only its own window: clients and other
 /// subscribers never wait for it.
 final class ReplicationFeed: @unchecked Sendable {
@@ -38,6 +41,12 @@ final class ReplicationFeed: @unchecked Sendable {
     private var publishedBytes: UInt64 = 0
     private var publishedRecords: UInt64 = 0
     private var subscribers: [ObjectIdentifier: Subscriber] = [:]
+    /// When the last subscriber left (`DispatchTime` nanoseconds): nil while one is attached, 0
+    /// when none ever was.
+    private var lastLeft: UInt64? = 0
+    static var backlogSeconds: UInt64 { 60 }
+    /// Batches are kept with no subscriber too (tests of the memory bound); set before use.
+    var keepsBacklogAlways = false
 
     init(files: DataFiles, durable: UInt64, snapshotSeq: UInt64, maxLineBytes: Int, maxMemoryBytes: Int = 16 << 20, log: Logger) {
         self.files = files
@@ -54,9 +63,14 @@ final class ReplicationFeed: @unchecked Sendable {
     func published(_ bytes: [UInt8], lastSeq: UInt64) {
         let waiting: [Subscriber] = lock.withLock {
             guard lastSeq > durable else { return [] }
-            batches.append(Batch(first: durable + 1, last: lastSeq, bytes: bytes))
             publishedBytes &+= UInt64(bytes.count)
             publishedRecords &+= lastSeq - durable
+            guard keepsBacklog else {
+                durable = lastSeq
+                if !batches.isEmpty { (batches, head, memoryBytes) = ([], 0, 0) }
+                return []
+            }
+            batches.append(Batch(first: durable + 1, last: lastSeq, bytes: bytes))
             memoryBytes += bytes.count
             durable = lastSeq
             while memoryBytes > maxMemoryBytes, head < batches.count - 1 {
@@ -76,6 +90,14 @@ final class ReplicationFeed: @unchecked Sendable {
     /// A follower replaced its state with its leader's snapshot at `seq`: what memory held is
     /// from before; subscribers that are behind it need that snapshot (they are disconnected when
     /// they next read, and subscribe again).
+    /// Whether published batches are kept (under `lock`): a subscriber is attached, or one left
+    /// less than `backlogSeconds` ago.
+    private var keepsBacklog: Bool {
+        guard let left = lastLeft, !keepsBacklogAlways else { return true }
+        guard left > 0 else { return false }
+        return DispatchTime.now().uptimeNanoseconds &- left < Self.backlogSeconds * 1_000_000_000
+    }
+
     func restarted(at seq: UInt64) {
         lock.withLock {
             batches = []
@@ -145,6 +167,7 @@ final class ReplicationFeed: @unchecked Sendable {
     func add(_ subscriber: Subscriber) {
         let durable = lock.withLock {
             subscribers[ObjectIdentifier(subscriber)] = subscriber
+            lastLeft = nil
             return self.durable
         }
         if subscriber.replica {
@@ -153,7 +176,10 @@ final class ReplicationFeed: @unchecked Sendable {
     }
 
     func remove(_ subscriber: Subscriber) {
-        lock.withLock { subscribers[ObjectIdentifier(subscriber)] = nil }
+        lock.withLock {
+            subscribers[ObjectIdentifier(subscriber)] = nil
+            if subscribers.isEmpty { lastLeft = max(1, DispatchTime.now().uptimeNanoseconds) }
+        }
         syncGate?.leave(ObjectIdentifier(subscriber))
     }
 
