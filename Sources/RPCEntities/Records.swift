@@ -13,55 +13,128 @@ import RPCSchema
 /// records, the slowest requests of a durable load.
 ///
 /// The id order is kept as it changes (`SortedIDs`, copy-on-write per node), so a list never sorts.
-public struct Records<Record: Sendable>: Sendable {
+public struct Records<Record: StoredRecord>: Sendable {
     /// One shard's records. A box rather than bare arrays so a change can tell (by the box's
     /// reference count) whether a copy of the state still reads it.
     ///
-    /// The records sit in an array in the order they came (a removal moves the last one into the
-    /// gap), their ids in another, and a `SlotIndex` finds an id's position. A create appends to
-    /// the arrays and writes one slot, a cache line the lock's holder asked for ahead
-    /// (`prefetch`), where a `Dictionary` wrote its keys', values' and bitmap's lines, three cache
-    /// misses at a million records, each holding the state lock; and a snapshot reads the records
-    /// in the order they (and their strings) were allocated, not in hash order.
+    /// The records sit as bytes in one arena, in the order they came; an array says where each
+    /// starts, and a `SlotIndex` finds an id's position. A create appends to the arena and writes
+    /// one slot, a cache line the lock's holder asked for ahead (`prefetch`); a record costs its
+    /// text, a length byte per field, its start and its slots, where a value of strings cost a
+    /// heap object per long field and its id twice; and a snapshot reads the arena in order.
     private final class Shard: @unchecked Sendable {
         // @unchecked: these change only while the box is uniquely referenced (the owner's
         // `ownsShard`), the discipline Array's storage follows; shared boxes are only read.
         // Unchecked exclusivity: no access to them overlaps another (none is held across a call
         // that could reach the box again), and the run-time check cost every read of a record
         // ~180 instructions (callgrind, a get).
-        @exclusivity(unchecked) var records: ContiguousArray<Record> = []
-        @exclusivity(unchecked) var keys: ContiguousArray<ExactID> = []
+        /// The records, one after another: the id's length (LEB128) and bytes, then the length
+        /// of the fields and the fields (`StoredRecord`). A replaced or removed record's bytes
+        /// stay until `garbage` is half the arena, then the live ones are packed together.
+        @exclusivity(unchecked) var arena: [UInt8] = []
+        /// Where each record starts in the arena, in the order they came (a removal moves the last
+        /// one into the gap).
+        @exclusivity(unchecked) var starts: ContiguousArray<Int> = []
         @exclusivity(unchecked) var index = SlotIndex()
+        /// Arena bytes no record uses.
+        @exclusivity(unchecked) var garbage = 0
 
         init() {}
 
         /// A box of its own with `shard`'s records.
         init(copying shard: Shard) {
-            records = shard.records
-            keys = shard.keys
+            arena = shard.arena
+            starts = shard.starts
             index = shard.index
+            garbage = shard.garbage
         }
 
+        var count: Int { starts.count }
+
+        /// The position of `key`'s record.
         @inline(__always)
         func position(of key: ExactID) -> Int? {
-            index.find(hash: key.fingerprint) { keys[$0] == key }
+            ExactUTF8.withBytes(key.string) { wanted in
+                arena.withUnsafeBufferPointer { arena in
+                    index.find(hash: key.fingerprint) { number in
+                        var reader = RecordReader(bytes: arena, position: starts[number])
+                        let id = reader.readBytes()
+                        return id.count == wanted.count && ExactUTF8.compare(id, wanted) == 0
+                    }
+                }
+            }
+        }
+
+        /// The record at `position`, read back with `id` as its id (the caller's, byte-equal).
+        @inline(__always)
+        func record(at position: Int, id: String) -> Record {
+            arena.withUnsafeBufferPointer { arena in
+                var reader = RecordReader(bytes: arena, position: starts[position])
+                _ = reader.readBytes()
+                _ = reader.readCount()
+                return Record(id: id, from: &reader)
+            }
         }
 
         @inline(__always)
-        func record(_ key: ExactID) -> Record? { position(of: key).map { records[$0] } }
+        func record(_ key: ExactID) -> Record? { position(of: key).map { record(at: $0, id: key.string) } }
+
+        /// The id, and the record, at `position` (a walk over every record, with no key at hand).
+        func entry(at position: Int) -> (id: String, record: Record) {
+            arena.withUnsafeBufferPointer { arena in
+                var reader = RecordReader(bytes: arena, position: starts[position])
+                let id = reader.readString()
+                _ = reader.readCount()
+                return (id, Record(id: id, from: &reader))
+            }
+        }
+
+        /// The bytes the record at `position` takes, and its id's fingerprint.
+        private func extent(at position: Int) -> (bytes: Int, hash: Int) {
+            arena.withUnsafeBufferPointer { arena in
+                let start = starts[position]
+                var reader = RecordReader(bytes: arena, position: start)
+                let hash = ExactID.fingerprint(of: UnsafeRawBufferPointer(reader.readBytes()))
+                let fields = reader.readCount()
+                return (reader.position + fields - start, hash)
+            }
+        }
+
+        /// Writes `record` as `key`'s at the arena's end; returns where it starts.
+        private func write(_ record: Record, for key: ExactID) -> Int {
+            var writer = RecordWriter(bytes: [])
+            swap(&writer.bytes, &arena)
+            defer { swap(&writer.bytes, &arena) }
+            let start = writer.bytes.count
+            writer.write(key.string)
+            let lengthAt = writer.bytes.count
+            writer.bytes.append(0)
+            record.store(into: &writer)
+            let fields = writer.bytes.count - lengthAt - 1
+            if fields < 0x80 {
+                writer.bytes[lengthAt] = UInt8(fields)
+            } else {
+                // A long record: the length takes more than the one byte kept for it.
+                var length = RecordWriter(bytes: [])
+                length.write(fields)
+                writer.bytes.replaceSubrange(lengthAt..<(lengthAt + 1), with: length.bytes)
+            }
+            return start
+        }
 
         /// Adds `record` as `key`'s, which the shard does not hold.
         @inline(__always)
         func append(_ record: Record, for key: ExactID) {
-            index.insert(hash: key.fingerprint, number: records.count) { self.keys[$0].fingerprint }
-            records.append(record)
-            keys.append(key)
+            index.insert(hash: key.fingerprint, number: starts.count) { self.extent(at: $0).hash }
+            starts.append(write(record, for: key))
         }
 
         /// Sets `key`'s record: whether the key is new.
         func set(_ record: Record, for key: ExactID) -> Bool {
             if let position = position(of: key) {
-                records[position] = record
+                garbage += extent(at: position).bytes
+                starts[position] = write(record, for: key)
+                packIfHalfGarbage()
                 return false
             }
             append(record, for: key)
@@ -70,21 +143,52 @@ public struct Records<Record: Sendable>: Sendable {
 
         func remove(_ key: ExactID) -> Record? {
             guard let position = position(of: key) else { return nil }
+            let removed = record(at: position, id: key.string)
+            garbage += extent(at: position).bytes
             index.remove(hash: key.fingerprint, number: position)
-            let last = records.count - 1
+            let last = starts.count - 1
             if position != last {
-                records.swapAt(position, last)
-                keys.swapAt(position, last)
-                index.renumber(hash: keys[position].fingerprint, from: last, to: position)
+                let moved = extent(at: last).hash
+                starts.swapAt(position, last)
+                index.renumber(hash: moved, from: last, to: position)
             }
-            keys.removeLast()
-            return records.removeLast()
+            starts.removeLast()
+            packIfHalfGarbage()
+            return removed
         }
 
-        func reserveCapacity(adding count: Int) {
-            records.reserveCapacity(records.count + count)
-            keys.reserveCapacity(keys.count + count)
-            index.reserveCapacity(records.count + count) { self.keys[$0].fingerprint }
+        /// Once unused bytes are half the arena, copies the records into one of their own size.
+        private func packIfHalfGarbage() {
+            guard garbage > 4096, garbage * 2 > arena.count else { return }
+            var packed: [UInt8] = []
+            packed.reserveCapacity(arena.count - garbage)
+            arena.withUnsafeBufferPointer { arena in
+                for position in starts.indices {
+                    let start = starts[position]
+                    let bytes = extent(at: position).bytes
+                    starts[position] = packed.count
+                    packed.append(contentsOf: UnsafeBufferPointer(rebasing: arena[start..<(start + bytes)]))
+                }
+            }
+            arena = packed
+            garbage = 0
+        }
+
+        /// Rewrites every record through `body` (the ones it changes, where it returns true).
+        func update(_ body: (inout Record) -> Bool) {
+            for position in starts.indices {
+                var (id, record) = entry(at: position)
+                guard body(&record) else { continue }
+                garbage += extent(at: position).bytes
+                starts[position] = write(record, for: ExactID(id))
+            }
+            packIfHalfGarbage()
+        }
+
+        func reserveCapacity(adding count: Int, bytes: Int) {
+            starts.reserveCapacity(starts.count + count)
+            arena.reserveCapacity(arena.count + bytes)
+            index.reserveCapacity(starts.count + count) { self.extent(at: $0).hash }
         }
     }
 
@@ -210,11 +314,15 @@ public struct Records<Record: Sendable>: Sendable {
     }
 
     /// Room for `count` more records (a replay that knows how many are coming): the shards do
-    /// not grow, rehashing every id, on the way. Each shard gets its share.
+    /// not grow, rehashing every id, on the way. Each shard gets its share, and arena room for
+    /// its records' average size so far.
     public mutating func reserveCapacity(adding count: Int) {
         guard count > 0 else { return }
         for s in shards.indices where ownsShard(s) {
-            shards[s].reserveCapacity(adding: count / Self.shardCount)
+            let shard = shards[s]
+            let share = count / Self.shardCount
+            let average = shard.count > 0 ? (shard.arena.count - shard.garbage) / shard.count : 0
+            shard.reserveCapacity(adding: share, bytes: share.multipliedReportingOverflow(by: average).overflow ? 0 : share * average)
         }
     }
 
@@ -235,16 +343,16 @@ public struct Records<Record: Sendable>: Sendable {
         unordered = []
     }
 
-    /// Mutates every record in place. A shard a copy still reads is copied first (with its
-    /// overlay), as a plain dictionary would be: this is rare (a user's removal updates buildings).
-    public mutating func updateAll(_ body: (inout Record) -> Void) {
+    /// Rewrites the records `body` changes (it returns true for those). A shard a copy still
+    /// reads is copied first (with its overlay), as a plain dictionary would be: this is rare (a
+    /// user's removal updates buildings).
+    public mutating func updateAll(_ body: (inout Record) -> Bool) {
         for s in shards.indices {
             if !ownsShard(s) {
                 shards[s] = Shard(copying: shards[s])  // a box of this value's own, then its overlay in it
                 fold(s)
             }
-            let shard = shards[s]
-            for index in shard.records.indices { body(&shard.records[index]) }
+            shards[s].update(body)
         }
     }
 
@@ -253,31 +361,14 @@ public struct Records<Record: Sendable>: Sendable {
         let overlay = overlays[s]
         let shard = shards[s]
         guard !overlay.isEmpty else {
-            // The records alone: a key copied out is one more retain and release of a string
-            // per record (a snapshot reads a million).
-            guard let prefetch = Self.storagePrefetch else {
-                for record in shard.records { try body(record) }
-                return
-            }
-            try shard.records.withUnsafeBufferPointer { records in
-                guard let first = records.baseAddress else { return }
-                for index in records.indices {
-                    if index &+ Self.prefetchDistance < records.count { prefetch(first + index + Self.prefetchDistance) }
-                    try body(records[index])
-                }
-            }
+            for position in 0..<shard.count { try body(shard.entry(at: position).record) }
             return
         }
-        for index in shard.records.indices where overlay[shard.keys[index]] == nil { try body(shard.records[index]) }
+        for position in 0..<shard.count {
+            let (id, record) = shard.entry(at: position)
+            if overlay[ExactID(id)] == nil { try body(record) }
+        }
         for case let record? in overlay.values { try body(record) }
-    }
-
-    /// How many records ahead `forEach` asks for a record's strings (`PrefetchedRecord`).
-    private static var prefetchDistance: Int { 8 }
-
-    /// The record type's `PrefetchedRecord.prefetchStorage`, if it has one.
-    private static var storagePrefetch: ((UnsafePointer<Record>) -> Void)? {
-        (Record.self as? any PrefetchedRecord.Type).map { type in { type.prefetchStorage(of: UnsafeRawPointer($0)) } }
     }
 
     /// Every record, in no particular order.

@@ -29,7 +29,9 @@ enum UserMethods {
         table.on(DeleteUser.self, touches: { .user($0.userId) }) { state, p, key throws(RPCError) in
             guard state.users.remove(key: key) != nil else { throw Rules.unknownUser(p.userId) }
             state.buildings.updateAll { building in
+                let residents = building.residents.count
                 building.residents.removeAll { ExactID($0) == key }
+                return building.residents.count != residents
             }
             return Deleted(deleted: p.userId)
         }

@@ -113,8 +113,9 @@ public enum ExactUTF8 {
         withBytes(a) { x in withBytes(b) { y in compare(x, y) } }
     }
 
+    /// <0, 0 or >0 as the bytes `x` sort before, equal or after `y`.
     @inlinable
-    static func compare(_ x: UnsafeBufferPointer<UInt8>, _ y: UnsafeBufferPointer<UInt8>) -> Int {
+    public static func compare(_ x: UnsafeBufferPointer<UInt8>, _ y: UnsafeBufferPointer<UInt8>) -> Int {
         let common = Swift.min(x.count, y.count)
         if common > 0, let p = x.baseAddress, let q = y.baseAddress {
             var i = 0

@@ -16,7 +16,9 @@ import RPCSchema
     /// One random change to `records` and the same change to `model`.
     static func change(_ records: inout Records<String>, _ model: inout [String: String], _ random: inout Random, step: Int) {
         let id = Self.id(random.below(600))
-        let value = "v\(step)-\(String(repeating: "x", count: random.below(20)))"
+        // Up to 300 bytes: lengths of one and two LEB128 bytes, and shards whose arenas fill with
+        // replaced records until they are packed.
+        let value = "v\(step)-\(String(repeating: "x", count: random.below(300)))"
         switch random.below(10) {
         case 0...3:
             let added = records.insertNew(value, id: id)
@@ -31,7 +33,7 @@ import RPCSchema
             model[id] = nil
         default:
             if random.below(20) == 0 {
-                records.updateAll { $0 += "+" }
+                records.updateAll { $0 += "+"; return true }
                 for key in model.keys { model[key]! += "+" }
             } else {
                 #expect(records[id] == model[id], "read \(id)")
@@ -121,8 +123,8 @@ import RPCSchema
         #expect(records.page(after: ids[100], limit: 500).records == ids[101..<601].map { model[$0]! })
     }
 
-    /// Users take the snapshot's prefetching walk (`PrefetchedRecord`): a drained copy gives every
-    /// user once, whatever the shard sizes (a few records, fewer than the prefetch distance, many).
+    /// Users are read back from their shards' arenas: a drained copy gives every user once,
+    /// whatever the shard sizes (a few records, many).
     @Test(arguments: [3, 500, 20_000])
     func aDrainedCopyOfUsersGivesEveryUserOnce(count: Int) {
         var users = Records<User>()
@@ -132,6 +134,33 @@ import RPCSchema
         copy.drain { drained.append($0.id + " " + $0.email) }
         #expect(drained.sorted() == (0..<count).map { "user-\($0)-with-an-id-on-the-heap n\($0)@example.com" }.sorted())
         #expect(users.count == count && users["user-0-with-an-id-on-the-heap"]?.name == "N0")
+    }
+
+    /// A record is its bytes: fields of any length and any text come back as they went in (a
+    /// building's residents too), ids that are canonically equal but not byte-equal stay two, and
+    /// an update that changes nothing (`updateAll` returning false) leaves the record as it was.
+    @Test func recordsComeBackByteForByte() {
+        var buildings = Records<Building>()
+        let long = String(repeating: "\u{E9}t\u{E9} ", count: 5_000)
+        let ids = ["caf\u{E9}", "cafe\u{301}", "", "b-\(long.prefix(40))"]
+        for (n, id) in ids.enumerated() {
+            let added = buildings.insertNew(Building(id: id, name: n == 0 ? long : "N\(n)", address: "\u{1F3E0} \(n)", residents: (0..<n * 100).map { "r\($0)" }), id: id)
+            #expect(added)
+        }
+        #expect(buildings.count == 4)
+        for (n, id) in ids.enumerated() {
+            let building = buildings[id]
+            #expect(building == Building(id: id, name: n == 0 ? long : "N\(n)", address: "\u{1F3E0} \(n)", residents: (0..<n * 100).map { "r\($0)" }))
+        }
+        buildings.updateAll { building in
+            guard building.residents.contains("r150") else { return false }
+            building.residents.removeAll { $0 == "r150" }
+            return true
+        }
+        #expect(buildings[ids[3]]?.residents.count == 299 && buildings[ids[2]]?.residents.count == 199)
+        let removed = buildings.remove(ids[1])
+        #expect(buildings[ids[0]]?.name == long && removed?.residents.count == 100)
+        #expect(buildings[ids[1]] == nil && buildings[ids[0]] != nil && buildings.count == 3)
     }
 
     /// While a copy reads the shards, changes wait in overlays; once it is gone, the next change to
