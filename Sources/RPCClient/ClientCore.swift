@@ -64,6 +64,9 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
     /// Takes the requests the daemon sends, in order, on the queue (a change feed); `.pause` stops
     /// reading until `resumeFeed()`.
     private var feed: (@Sendable (Request, UnsafeRawBufferPointer) -> FeedFlow)?
+    /// Offered each line first while a feed is set: the flow when it took the line, undecoded;
+    /// nil sends the line the usual way.
+    private var feedLines: (@Sendable (UnsafeRawBufferPointer) -> FeedFlow?)?
     /// Told why, each time a connection is lost.
     private var onLost: (@Sendable (String) -> Void)?
 
@@ -397,9 +400,13 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
     // MARK: - Feeds
 
     /// Sets the feed handler and the loss handler (see `RPCClient.onFeed`). Call from anywhere.
-    func setFeed(_ handler: (@Sendable (Request, UnsafeRawBufferPointer) -> FeedFlow)?, onLost: (@Sendable (String) -> Void)?) {
+    func setFeed(
+        _ handler: (@Sendable (Request, UnsafeRawBufferPointer) -> FeedFlow)?, lines: (@Sendable (UnsafeRawBufferPointer) -> FeedFlow?)? = nil,
+        onLost: (@Sendable (String) -> Void)?
+    ) {
         queue.async { [self] in
             feed = handler
+            feedLines = lines
             self.onLost = onLost
         }
     }
@@ -456,6 +463,10 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
     // MARK: - ConnectionDelegate (on the queue)
 
     func connection(_ connection: Connection, didReceive line: UnsafeRawBufferPointer) {
+        if feed != nil, let feedLines, let flow = feedLines(line) {
+            if flow == .pause && pending.isEmpty { connection.pauseReading() }
+            return
+        }
         switch RequestCodec.decode(line) {
         case .counterRequest(let reply):
             guard let entry = pending[reply.id] else {

@@ -199,11 +199,14 @@ public final class RPCClient: Sendable {
     /// this client waits for its reply, which may be behind the feed's lines; the handler says
     /// `.pause` again on its next line.) The handler also gets the line as read (without its
     /// `\n`; valid only during the call). `onLost` is told why whenever the connection is lost.
-    /// The handler must not wait for calls on this client.
+    /// The handler must not wait for calls on this client. `lines`, when given, is offered each
+    /// line first, undecoded, and takes it by returning its flow (nil: the line goes to `handler`
+    /// or, as a reply, to its call): a follower applies the feed's records from their bytes.
     package func onFeed(
-        _ handler: @escaping @Sendable (Request, UnsafeRawBufferPointer) -> FeedFlow, onLost: @escaping @Sendable (String) -> Void
+        _ handler: @escaping @Sendable (Request, UnsafeRawBufferPointer) -> FeedFlow, lines: (@Sendable (UnsafeRawBufferPointer) -> FeedFlow?)? = nil,
+        onLost: @escaping @Sendable (String) -> Void
     ) {
-        core.setFeed(handler, onLost: onLost)
+        core.setFeed(handler, lines: lines, onLost: onLost)
     }
 
     /// Reads again after the feed handler returned `.pause`.

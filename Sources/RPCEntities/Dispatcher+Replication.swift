@@ -56,6 +56,80 @@ extension Dispatcher {
         return .applied(ticket: body.flatMap { log?.record($0, at: seq) })
     }
 
+    /// What applying a run of a leader's journal lines came to (`applyReplicated(lines:after:applier:)`).
+    public struct ReplicatedLines: Sendable {
+        /// The last sequence number applied (the one given, when none was).
+        public var lastSeq: UInt64
+        /// Lines applied.
+        public var applied = 0
+        /// The method of the last line applied (its acknowledgement names its result).
+        public var lastMethod: String?
+        /// Acknowledge once this ticket is durable (nil: now).
+        public var ticket: UInt64?
+        /// The log takes no mutations now: nothing was applied; try again later.
+        public var refused: String?
+        /// The line that does not apply, or does not follow the last: why. The lines before it
+        /// were applied and journaled.
+        public var failure: String?
+    }
+
+    /// Applies a run of a leader's journal lines (each with its `\n`, as its change feed sent
+    /// them) that follow sequence number `last`, under one hold of the state lock, as a restart
+    /// replays them: a plain param decoded from the line, no reply written for a record without a
+    /// key, each seal checked. Their bytes go to the journal as they came (`recordSealed`), so a
+    /// follower's journal is its leader's, byte for byte. Lines at or below `last` came before (a
+    /// reconnect sends them again) and are skipped. `applier` keeps its method lookups from one
+    /// run to the next; it holds no state between runs.
+    public func applyReplicated(lines: UnsafeRawBufferPointer, after last: UInt64, applier: inout JournalReplay) -> ReplicatedLines {
+        var run = ReplicatedLines(lastSeq: last)
+        lock.lock()
+        defer {
+            lock.unlock()
+            log?.recorded()
+        }
+        if let log, let reason = log.refusal() {
+            run.refused = reason
+            return run
+        }
+        swap(&applier.state, &state)
+        defer { swap(&applier.state, &state) }
+        applier.lastSeq = last
+        var taken: (start: Int, end: Int, first: UInt64)?
+        _ = JournalReplay.forEachLine(lines) { line, number, offset in
+            func failed(_ reason: String) -> JournalReplay.Failure {
+                run.failure = reason
+                return JournalReplay.Failure(line: number, offset: offset, reason: reason, kind: .damaged)
+            }
+            let (fields, plain): (JournalRecord.Fields, PlainObject?)
+            switch JournalRecord.replayFields(line) {
+            case .failure(let error): return failed("a record from the leader is damaged: \(JournalReplay.damage(error, line: line, file: lines))")
+            case .success(let decoded): (fields, plain) = decoded
+            }
+            guard fields.sealed, let seq = fields.seq else { return failed("a record from the leader has no checksum or no sequence number") }
+            let previous = applier.lastSeq
+            if seq <= previous && taken == nil { return nil }
+            guard previous < .max, seq == previous + 1 else {
+                return failed("a record from the leader does not follow the last one here: \(JournalReplay.sequenceProblem(seq, after: previous))")
+            }
+            if let reason = applier.apply(fields, plain: plain, seq: seq) {
+                // Replay words it for a file ("M does not apply: why"); here the record says which method.
+                let replayWords = "\(fields.method) does not apply: "
+                let why = reason.hasPrefix(replayWords) ? String(reason.dropFirst(replayWords.count)) : reason
+                return failed("record \(seq) (\(fields.method)) does not apply here: \(why)")
+            }
+            applier.lastSeq = seq
+            taken = (taken?.start ?? offset, offset + line.count + 1, taken?.first ?? seq)
+            run.applied += 1
+            run.lastMethod = fields.method
+            return nil
+        }
+        run.lastSeq = applier.lastSeq
+        if let taken, let log {
+            run.ticket = log.recordSealed(UnsafeRawBufferPointer(rebasing: lines[taken.start..<taken.end]), first: taken.first, last: run.lastSeq)
+        }
+        return run
+    }
+
     /// Starts term `term` (id `id`, led from `leader`): journals its `replication.term` record
     /// and adds it to the history; the record's sequence number (its durability ticket), or nil
     /// when the log refuses it now (with why).

@@ -38,6 +38,28 @@ extension JournalRecord {
         }
     }
 
+    /// The sequence number of a change feed's record line (without its `\n`): one that starts
+    /// `{"id":"r<seq>"` and ends with a seal; nil for any other line (a reply, a snapshot's
+    /// record). Only the shape is read here: the checksum is checked where the record is applied.
+    public static func feedRecordSequence(_ line: UnsafeRawBufferPointer) -> UInt64? {
+        let head = feedIDPrefix.bytes
+        let count = line.count
+        guard count > head.count + sealLength, line.starts(with: head) else { return nil }
+        var index = head.count
+        var seq: UInt64 = 0
+        while index < count - sealLength, line[index] >= UInt8(ascii: "0"), line[index] <= UInt8(ascii: "9") {
+            let (times, o1) = seq.multipliedReportingOverflow(by: 10)
+            let (sum, o2) = times.addingReportingOverflow(UInt64(line[index] - UInt8(ascii: "0")))
+            guard !o1, !o2 else { return nil }
+            seq = sum
+            index += 1
+        }
+        guard index > head.count, line[index] == UInt8(ascii: "\""), line[count - 2] == UInt8(ascii: "\""), line[count - 1] == UInt8(ascii: "}"),
+            UnsafeRawBufferPointer(rebasing: line[(count - sealLength)..<(count - sealLength + sealPrefix.bytes.count)]).elementsEqual(sealPrefix.bytes)
+        else { return nil }
+        return seq
+    }
+
     /// Seals the finished line (ending in `}\n`) that starts at `lineStart`.
     static func seal(lineStart: Int, into out: inout [UInt8]) {
         out.removeLast(2)

@@ -159,7 +159,7 @@ public enum JournalRecord {
     private static let idPrefix: StaticString = #"{"id":"#
     private static let methodPrefix: StaticString = #","method":""#
     private static let paramPrefix: StaticString = #","param":"#
-    private static let feedIDPrefix: StaticString = #"{"id":"r"#
+    static let feedIDPrefix: StaticString = #"{"id":"r"#
     // StaticStrings appended through `bytes`: a string's UTF-8 view cost ~170 instructions to
     // append, and a `static let` array a retain and a release both loops share (under the state lock).
     private static let keyPrefix: StaticString = #","key":"#

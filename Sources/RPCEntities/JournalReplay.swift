@@ -13,9 +13,9 @@ import RPCSchema
 ///   the beginning of a record (`JournalRecord.tornTailProblem`): the caller drops them. A
 ///   snapshot is written whole, so it has none.
 public struct JournalReplay {
-    public private(set) var state: Entities
+    public internal(set) var state: Entities
     /// The sequence number of the last mutation applied or covered by the snapshot.
-    public private(set) var lastSeq: UInt64 = 0
+    public internal(set) var lastSeq: UInt64 = 0
     /// Records applied so far (snapshot records and journal mutations).
     public private(set) var applied = 0
     /// The snapshot's sequence number, once one is replayed.

@@ -15,6 +15,10 @@ public protocol MutationLog: AnyObject, Sendable {
     /// Records a leader's mutation under the leader's sequence number `seq` (on a follower, whose
     /// journal stays byte-compatible with its leader's); returns the ticket, as `record` does.
     func record(_ body: JournalRecord.Body, at seq: UInt64) -> UInt64?
+    /// Records a run of a leader's journal lines as they came (sealed, each with its `\n`, numbered
+    /// `first` through `last`, `first` following the last one recorded): a follower's journal
+    /// holds its leader's bytes. Returns the ticket of the last, as `record` does.
+    func recordSealed(_ lines: UnsafeRawBufferPointer, first: UInt64, last: UInt64) -> UInt64?
     /// Called once the state lock is released by a caller whose `record` returned a ticket: starts
     /// what `record` left for later (the journal's writer), so the lock is never held across a
     /// thread wake-up.
@@ -54,6 +58,17 @@ extension MutationLog {
     }
     /// A log that numbers records itself ignores the leader's number.
     public func record(_ body: JournalRecord.Body, at seq: UInt64) -> UInt64? { record(body) }
+    /// A log without a faster way records each line's body under its number.
+    public func recordSealed(_ lines: UnsafeRawBufferPointer, first: UInt64, last: UInt64) -> UInt64? {
+        var seq = first
+        var ticket: UInt64?
+        _ = JournalReplay.forEachLine(lines) { line, _, _ in
+            if let body = JournalRecord.Body(line: line, seq: seq) { ticket = record(body, at: seq) }
+            seq &+= 1
+            return nil
+        }
+        return ticket
+    }
     /// A log with nothing to start after recording.
     public func recorded() {}
 }

@@ -104,6 +104,11 @@ struct GroupCommit {
     mutating func append(_ body: JournalRecord.Body) -> Appended {
         lastSeq += 1
         JournalRecord.encode(body, seq: lastSeq, into: &pending)
+        return appendedUpToLast()
+    }
+
+    /// What the caller of an append that ended at `lastSeq` must do.
+    private mutating func appendedUpToLast() -> Appended {
         passOpen = true
         var appended = Appended(seq: lastSeq, startWriter: startWriterIfIdle())
         if let target = returnTarget, lastSeq &- ackedSeq >= target {
@@ -118,6 +123,15 @@ struct GroupCommit {
     mutating func append(_ body: JournalRecord.Body, at seq: UInt64) -> Appended {
         precondition(seq == lastSeq &+ 1, "replicated record \(seq) does not follow \(lastSeq)")
         return append(body)
+    }
+
+    /// Appends a leader's sealed lines as they came, numbered `first` through `last` (a follower:
+    /// `first` must be `lastSeq + 1`, which it checks).
+    mutating func appendSealed(_ lines: UnsafeRawBufferPointer, first: UInt64, last: UInt64) -> Appended {
+        precondition(first == lastSeq &+ 1 && last >= first, "replicated records \(first)...\(last) do not follow \(lastSeq)")
+        pending.append(contentsOf: lines)
+        lastSeq = last
+        return appendedUpToLast()
     }
 
     /// Starts over after the state was replaced by a leader's snapshot at `seq`: nothing pending,

@@ -159,6 +159,10 @@ final class Journal: MutationLog, @unchecked Sendable {
         lock.withLock { noteWriterNeeds(commit.append(body, at: seq)) }
     }
 
+    func recordSealed(_ lines: UnsafeRawBufferPointer, first: UInt64, last: UInt64) -> UInt64? {
+        lock.withLock { noteWriterNeeds(commit.appendSealed(lines, first: first, last: last)) }
+    }
+
     /// Under `lock`: notes that `recorded()` must start or wake the writer, if the append asked for it.
     func noteWriterNeeds(_ appended: GroupCommit.Appended) -> UInt64 {
         if appended.startWriter { writerStartPending = true }

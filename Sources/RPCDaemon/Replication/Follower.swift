@@ -11,10 +11,12 @@ import RPCTransport
 /// sequence number, and acknowledges it (the ordinary `…Result` counter-request) once its own
 /// journal has it, per its `--fsync` policy.
 ///
-/// Records are applied one by one, in order, on the follower's queue: a record that does not
-/// follow the last one (a gap) or does not apply (divergence) stops following with a logged
-/// reason, never a silent skip. The queue holds at most `maxInbox` records: past that the client
-/// stops reading and the leader's sends wait in TCP (the leader then feeds from its files).
+/// Records are applied in order on the follower's queue, as their bytes: the lines of a read are
+/// kept together, applied under one hold of the state lock as a restart replays them, journaled
+/// as they came, and acknowledged once for the lot. A record that does not follow the last one
+/// (a gap) or does not apply (divergence) stops following with a logged reason, never a silent
+/// skip. The queue holds at most `maxInbox` entries and `maxInboxBytes` of lines: past that the
+/// client stops reading and the leader's sends wait in TCP (the leader then feeds from its files).
 final class Follower: @unchecked Sendable {
     // @unchecked: the vars marked "guarded" are guarded by `lock`; the ones marked "queue only" are
     // touched on `queue`.
@@ -31,13 +33,29 @@ final class Follower: @unchecked Sendable {
     private let configureKeys: @Sendable (inout Entities) -> Void
     private let queue = DispatchQueue(label: "rpcd.follower")
     static let maxInbox = 1024
+    static let maxInboxBytes = 4 << 20
+    /// Lines kept in one inbox entry, at most (about): a pass applies an entry whole.
+    static let maxEntryBytes = 256 << 10
+
+    /// What the leader sent, in order: a request (with its journal bytes when the line was a
+    /// sealed record), or a run of record lines as their bytes, each with its `\n`.
+    private struct Incoming {
+        var request: Request?
+        var body: JournalRecord.Body?
+        var lines: [UInt8] = []
+        var isLines: Bool { request == nil }
+    }
 
     private let lock = NSLock()
     // Guarded.
-    /// Records from the leader, with their journal bytes when the line was a sealed record.
-    private var inbox: [(request: Request, body: JournalRecord.Body?)] = []
-    /// Requests before `inboxHead` are handled.
+    /// What the leader sent, not yet handled.
+    private var inbox: [Incoming] = []
+    /// Entries before `inboxHead` are handled.
     private var inboxHead = 0
+    /// Entries before `inboxTaken` were handed to a pass: lines are never added to them.
+    private var inboxTaken = 0
+    /// Bytes of record lines in the inbox.
+    private var inboxBytes = 0
     private var draining = false
     private var readingPaused = false
     private var client: RPCClient?
@@ -65,9 +83,12 @@ final class Follower: @unchecked Sendable {
     private var incoming: (replay: JournalReplay, seq: UInt64, records: Int)?
     /// The last record applied (published to `applied` once per pass).
     private var appliedHere: UInt64
-    /// Acknowledgement lines of this pass, the journal ticket they wait for, a reply's bytes.
-    private var acks: [UInt8] = []
+    /// The last record of this pass (one acknowledgement says the leader's records up to it are
+    /// here), the journal ticket it waits for, a reply's bytes.
+    private var ackThrough: (seq: UInt64, method: RPCMethod)?
     private var acksTicket: UInt64?
+    /// Applies record lines (`Dispatcher.applyReplicated(lines:…)`); holds no state between passes.
+    private var applier = JournalReplay()
     private var scratch: [UInt8] = []
     /// A record is waiting (the journal is behind, or a snapshot is being installed).
     private var blocked = false
@@ -187,7 +208,9 @@ final class Follower: @unchecked Sendable {
             do {
                 let client = try await RPCClient.connect(to: leader, options: options)
                 let (lost, signal) = AsyncStream<String>.makeStream()
-                client.onFeed({ [self] request, line in receive(request, line: line) }, onLost: { why in signal.yield(why) })
+                client.onFeed(
+                    { [self] request, line in receive(request, line: line) }, lines: { [self] line in receiveRecord(line) },
+                    onLost: { why in signal.yield(why) })
                 let from = lock.withLock {
                     self.client = client
                     lostSignal = signal
@@ -303,14 +326,47 @@ final class Follower: @unchecked Sendable {
                 newestReceived = max(newestReceived ?? 0, seq)
                 if seq > leaderSequence ?? 0 { leaderSequence = seq }
             }
-            inbox.append((request, body))
-            let full = inbox.count - inboxHead >= Self.maxInbox
-            if full { readingPaused = true }
-            defer { draining = true }
-            return (full ? .pause : .continue, !draining)
+            inbox.append(Incoming(request: request, body: body))
+            return admitted()
         }
         if schedule { queue.async { self.drain() } }
         return flow
+    }
+
+    /// On the client's queue: a record line from the leader joins the inbox as its bytes, with the
+    /// lines before it when they are not yet handed to a pass; nil for any other line (decoded,
+    /// it comes to `receive`).
+    private func receiveRecord(_ line: UnsafeRawBufferPointer) -> FeedFlow? {
+        guard let seq = JournalRecord.feedRecordSequence(line) else { return nil }
+        let (flow, schedule): (FeedFlow, Bool) = lock.withLock {
+            guard stopped == nil else { return (.pause, false) }
+            newestReceived = max(newestReceived ?? 0, seq)
+            if seq > leaderSequence ?? 0 { leaderSequence = seq }
+            let last = inbox.count - 1
+            if last >= inboxTaken, inbox[last].isLines, inbox[last].lines.count < Self.maxEntryBytes {
+                inbox[last].lines.append(contentsOf: line)
+                inbox[last].lines.append(UInt8(ascii: "\n"))
+            } else {
+                var lines: [UInt8] = []
+                lines.reserveCapacity(Self.maxEntryBytes / 4)
+                lines.append(contentsOf: line)
+                lines.append(UInt8(ascii: "\n"))
+                inbox.append(Incoming(lines: lines))
+            }
+            inboxBytes += line.count + 1
+            return admitted()
+        }
+        if schedule { queue.async { self.drain() } }
+        return flow
+    }
+
+    /// Under `lock`, after an entry joined the inbox: whether reading pauses (the inbox is
+    /// full), and whether a pass must be scheduled.
+    private func admitted() -> (FeedFlow, Bool) {
+        let full = inbox.count - inboxHead >= Self.maxInbox || inboxBytes >= Self.maxInboxBytes
+        if full { readingPaused = true }
+        defer { draining = true }
+        return (full ? .pause : .continue, !draining)
     }
 
     /// Applies what the inbox holds, in order, until it is empty or a record must wait.
@@ -318,13 +374,14 @@ final class Follower: @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         while !blocked {
             // Everything waiting, in one go: one lock per pass, not per record.
-            let (batch, resume): ([(request: Request, body: JournalRecord.Body?)], RPCClient?) = lock.withLock {
+            let (batch, resume): ([Incoming], RPCClient?) = lock.withLock {
                 guard stopped == nil, inboxHead < inbox.count else {
                     inbox.removeAll(keepingCapacity: true)
-                    inboxHead = 0
+                    (inboxHead, inboxTaken, inboxBytes) = (0, 0, 0)
                     draining = false
                     return ([], nil)
                 }
+                inboxTaken = inbox.count
                 var resume: RPCClient?
                 if readingPaused {
                     readingPaused = false
@@ -334,8 +391,9 @@ final class Follower: @unchecked Sendable {
             }
             guard !batch.isEmpty else { return }
             var done = 0
-            for (request, body) in batch {
-                guard handle(request, body: body) else { break }  // blocked: it stays first in the inbox
+            for entry in batch {
+                let handled = entry.request.map { handle($0, body: entry.body) } ?? applyLines(entry.lines)
+                guard handled else { break }  // blocked: it stays first in the inbox
                 done += 1
             }
             flushAcknowledgements()
@@ -352,9 +410,12 @@ final class Follower: @unchecked Sendable {
     /// The first `count` requests of the inbox are done.
     private func handled(_ count: Int) {
         lock.withLock {
-            inboxHead = min(inbox.count, inboxHead + count)
+            let end = min(inbox.count, inboxHead + count)
+            for index in inboxHead..<end { inboxBytes -= inbox[index].lines.count }
+            inboxHead = end
             if inboxHead >= 256 && inboxHead * 2 >= inbox.count {
                 inbox.removeFirst(inboxHead)
+                inboxTaken = max(0, inboxTaken - inboxHead)
                 inboxHead = 0
             }
         }
@@ -464,13 +525,7 @@ final class Follower: @unchecked Sendable {
         switch outcome {
         case .refused:
             scratch.removeAll(keepingCapacity: true)
-            blocked = true
-            flushAcknowledgements()
-            queue.asyncAfter(deadline: .now() + .milliseconds(10)) { [self] in
-                blocked = false
-                drain()
-            }
-            return false
+            return retryShortly()
         case .failed(let error):
             scratch.removeAll(keepingCapacity: true)
             flushAcknowledgements()
@@ -479,11 +534,38 @@ final class Follower: @unchecked Sendable {
             return true
         case .applied(let ticket):
             appliedHere = seq
-            Self.acknowledge(id: request.id, method: request.method, seq: seq, into: &acks)
+            ackThrough = (seq, request.method)
             scratch.removeAll(keepingCapacity: true)
             if let ticket { acksTicket = max(acksTicket ?? 0, ticket) }
             return true
         }
+    }
+
+    /// Applies a run of record lines; false when the journal is behind (tried again shortly).
+    private func applyLines(_ lines: [UInt8]) -> Bool {
+        let run = lines.withUnsafeBytes { dispatcher.applyReplicated(lines: $0, after: appliedHere, applier: &applier) }
+        if run.refused != nil { return retryShortly() }
+        if run.applied > 0 {
+            appliedHere = run.lastSeq
+            ackThrough = (run.lastSeq, run.lastMethod.flatMap { RPCMethod(parsing: $0) } ?? ReplicationTerm.method)
+            if let ticket = run.ticket { acksTicket = max(acksTicket ?? 0, ticket) }
+        }
+        if let failure = run.failure {
+            flushAcknowledgements()
+            stop("\(failure); this daemon has diverged from its leader")
+        }
+        return true
+    }
+
+    /// The journal takes no records now: the pass ends, and the record waiting is tried again in a moment.
+    private func retryShortly() -> Bool {
+        blocked = true
+        flushAcknowledgements()
+        queue.asyncAfter(deadline: .now() + .milliseconds(10)) { [self] in
+            blocked = false
+            drain()
+        }
+        return false
     }
 
     /// `{"id":"r<seq>","method":"….…Result","param":{"sequence":N}}`: the leader reads the id; the
@@ -498,12 +580,14 @@ final class Follower: @unchecked Sendable {
         }
     }
 
-    /// Sends the acknowledgements of this pass once the last of its records is durable: one
-    /// wait for the journal per pass, not per record.
+    /// Sends the acknowledgement of this pass (for its last record: the leader reads it as all of
+    /// them) once that record is durable: one wait for the journal, and one line, per pass.
     private func flushAcknowledgements() {
-        guard !acks.isEmpty else { return }
-        let lines = acks
-        acks = []
+        guard let through = ackThrough else { return }
+        ackThrough = nil
+        var line: [UInt8] = []
+        Self.acknowledge(id: "r\(through.seq)", method: through.method, seq: through.seq, into: &line)
+        let lines = line
         guard let ticket = acksTicket else { return send(lines) }
         acksTicket = nil
         journal.whenDurable(ticket) { [self] failure in
