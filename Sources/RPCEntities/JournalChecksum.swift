@@ -60,6 +60,21 @@ extension JournalRecord {
         return seq
     }
 
+    /// Whether a line (without its `\n`) is an entity's record of a snapshot a leader feeds:
+    /// `{"id":"s","method":"` then a method outside `replication.` (its terms, keys and markers),
+    /// and a seal. Only the shape is read here, as in `feedRecordSequence`.
+    public static func isFeedSnapshotRecord(_ line: UnsafeRawBufferPointer) -> Bool {
+        let head = snapshotRecordPrefix.bytes, replication = replicationMethodPrefix.bytes
+        let count = line.count
+        return count > head.count + replication.count + sealLength && line.starts(with: head)
+            && !UnsafeRawBufferPointer(rebasing: line[head.count..<(head.count + replication.count)]).elementsEqual(replication)
+            && line[count - 2] == UInt8(ascii: "\"") && line[count - 1] == UInt8(ascii: "}")
+            && UnsafeRawBufferPointer(rebasing: line[(count - sealLength)..<(count - sealLength + sealPrefix.bytes.count)]).elementsEqual(sealPrefix.bytes)
+    }
+
+    private static let snapshotRecordPrefix: StaticString = #"{"id":"s","method":""#
+    private static let replicationMethodPrefix: StaticString = "replication."
+
     /// Seals the finished line (ending in `}\n`) that starts at `lineStart`.
     static func seal(lineStart: Int, into out: inout [UInt8]) {
         out.removeLast(2)

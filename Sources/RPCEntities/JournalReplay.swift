@@ -291,6 +291,35 @@ public struct JournalReplay {
         apply(JournalRecord.Fields(id: request.id, method: request.method.description, param: request.param, seq: nil, key: nil, sealed: true), seq: 0)
     }
 
+    /// Applies entity records of a snapshot a leader sends (each line with its `\n`), as
+    /// `replaySnapshot` applies a file's: each seal checked, a plain param decoded from its line.
+    /// Why the first that does not apply failed, or nil.
+    public mutating func applySnapshotLines(_ lines: UnsafeRawBufferPointer) -> String? {
+        var failure: String?
+        _ = Self.forEachLine(lines) { line, number, offset in
+            switch JournalRecord.replayFields(line) {
+            case .failure(let error): failure = "a record is damaged: \(Self.damage(error, line: line, file: lines))"
+            case .success(let (fields, plain)): failure = fields.sealed ? apply(fields, plain: plain, seq: 0) : "a record has no checksum"
+            }
+            return failure.map { Failure(line: number, offset: offset, reason: $0, kind: .inconsistent) }
+        }
+        return failure
+    }
+
+    /// A leader's snapshot of `records` records comes (a follower rebuilding its state): ids are
+    /// put in order once, when it is complete (`receivedSnapshot`), not one by one.
+    public mutating func receivingSnapshot(records: Int) {
+        state.deferOrder()
+        // The leader's count, bounded: room for at most two million is made ahead.
+        state.users.reserveCapacity(adding: min(max(0, records), 1 << 21))
+    }
+
+    /// The state the snapshot built, its ids in order.
+    public mutating func receivedSnapshot() -> Entities {
+        state.restoreOrder()
+        return state
+    }
+
     /// Remembers the outcome of a keyed mutation a leader's snapshot carries (not a record).
     public mutating func rememberKey(_ key: ExactID, _ outcome: IdempotencyKeys.Outcome) {
         state.keys.remember(key, outcome, now: Self.now())

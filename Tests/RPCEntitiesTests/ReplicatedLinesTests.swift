@@ -82,5 +82,32 @@ import RPCSchema
         #expect(seq(Array(#"{"id":"r99999999999999999999","method":"m.m","crc":"00000000"}"#.utf8)) == nil, "past UInt64")
         #expect(seq(Array(#"{"id":"r5x","method":"m.m","crc":"00000000"}"#.utf8)) == nil)
         #expect(seq(Array(#"{"id":"r5""#.utf8)) == nil)
+
+        func snapshotRecord(_ text: String) -> Bool { Array(text.utf8).withUnsafeBytes { JournalRecord.isFeedSnapshotRecord($0) } }
+        #expect(snapshotRecord(#"{"id":"s","method":"user.createUser","param":{"id":"a"},"crc":"0badf00d"}"#))
+        #expect(!snapshotRecord(#"{"id":"s","method":"replication.term","param":{"term":1},"crc":"0badf00d"}"#), "a term goes the decoded way")
+        #expect(!snapshotRecord(#"{"id":"s","method":"replication.key","param":{},"crc":"0badf00d"}"#))
+        #expect(!snapshotRecord(#"{"id":"s","method":"user.createUser","param":{"id":"a"}}"#), "no seal")
+        #expect(!snapshotRecord(#"{"id":"s1","method":"user.createUser","param":{"id":"a"},"crc":"0badf00d"}"#))
+    }
+
+    /// A leader's snapshot records, applied from their lines: all of them, or the first that fails
+    /// says why (a damaged one too).
+    @Test func snapshotLinesApplyAsAFileDoes() {
+        var replay = JournalReplay()
+        replay.receivingSnapshot(records: 3)
+        var lines: [UInt8] = []
+        for n in 1...3 {
+            let start = lines.count
+            lines.append(contentsOf: #"{"id":"s","method":"user.createUser","param":{"id":"u\#(4 - n)","name":"N","email":"e@x"}}"#.utf8)
+            lines.append(UInt8(ascii: "\n"))
+            JournalRecord.seal(lineStart: start, into: &lines)
+        }
+        #expect(lines.withUnsafeBytes { replay.applySnapshotLines($0) } == nil && replay.applied == 3)
+        let state = replay.receivedSnapshot()
+        #expect(state.users.page(after: nil, limit: nil).records.map(\.id) == ["u1", "u2", "u3"])
+        lines[30] ^= 0x01
+        var other = JournalReplay()
+        #expect(lines.withUnsafeBytes { other.applySnapshotLines($0) }?.hasPrefix("a record is damaged: ") == true)
     }
 }

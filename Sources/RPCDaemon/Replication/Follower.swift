@@ -38,12 +38,13 @@ final class Follower: @unchecked Sendable {
     static let maxEntryBytes = 256 << 10
 
     /// What the leader sent, in order: a request (with its journal bytes when the line was a
-    /// sealed record), or a run of record lines as their bytes, each with its `\n`.
+    /// sealed record), or a run of record lines as their bytes, each with its `\n`: the feed's
+    /// records, or its snapshot's.
     private struct Incoming {
         var request: Request?
         var body: JournalRecord.Body?
         var lines: [UInt8] = []
-        var isLines: Bool { request == nil }
+        var snapshot = false
     }
 
     private let lock = NSLock()
@@ -337,13 +338,17 @@ final class Follower: @unchecked Sendable {
     /// lines before it when they are not yet handed to a pass; nil for any other line (decoded,
     /// it comes to `receive`).
     private func receiveRecord(_ line: UnsafeRawBufferPointer) -> FeedFlow? {
-        guard let seq = JournalRecord.feedRecordSequence(line) else { return nil }
+        let seq = JournalRecord.feedRecordSequence(line)
+        let snapshot = seq == nil && JournalRecord.isFeedSnapshotRecord(line)
+        guard seq != nil || snapshot else { return nil }
         let (flow, schedule): (FeedFlow, Bool) = lock.withLock {
             guard stopped == nil else { return (.pause, false) }
-            newestReceived = max(newestReceived ?? 0, seq)
-            if seq > leaderSequence ?? 0 { leaderSequence = seq }
+            if let seq {
+                newestReceived = max(newestReceived ?? 0, seq)
+                if seq > leaderSequence ?? 0 { leaderSequence = seq }
+            }
             let last = inbox.count - 1
-            if last >= inboxTaken, inbox[last].isLines, inbox[last].lines.count < Self.maxEntryBytes {
+            if last >= inboxTaken, inbox[last].request == nil, inbox[last].snapshot == snapshot, inbox[last].lines.count < Self.maxEntryBytes {
                 inbox[last].lines.append(contentsOf: line)
                 inbox[last].lines.append(UInt8(ascii: "\n"))
             } else {
@@ -351,7 +356,7 @@ final class Follower: @unchecked Sendable {
                 lines.reserveCapacity(Self.maxEntryBytes / 4)
                 lines.append(contentsOf: line)
                 lines.append(UInt8(ascii: "\n"))
-                inbox.append(Incoming(lines: lines))
+                inbox.append(Incoming(lines: lines, snapshot: snapshot))
             }
             inboxBytes += line.count + 1
             return admitted()
@@ -392,7 +397,7 @@ final class Follower: @unchecked Sendable {
             guard !batch.isEmpty else { return }
             var done = 0
             for entry in batch {
-                let handled = entry.request.map { handle($0, body: entry.body) } ?? applyLines(entry.lines)
+                let handled = entry.request.map { handle($0, body: entry.body) } ?? (entry.snapshot ? applySnapshotLines(entry.lines) : applyLines(entry.lines))
                 guard handled else { break }  // blocked: it stays first in the inbox
                 done += 1
             }
@@ -427,6 +432,7 @@ final class Follower: @unchecked Sendable {
         case SnapshotBegin.method:
             guard let begin = decode(SnapshotBegin.self, request) else { return true }
             incoming = (JournalReplay(), UInt64(clamping: begin.sequence), begin.records)
+            incoming!.replay.receivingSnapshot(records: begin.records)
             log.info("receiving the leader's snapshot at sequence \(begin.sequence) (\(begin.records) records)")
             return true
         case SnapshotEnd.method:
@@ -483,7 +489,8 @@ final class Follower: @unchecked Sendable {
         }
         incoming = nil
         blocked = true
-        let state = snapshot.replay.state
+        var replay = snapshot.replay
+        let state = replay.receivedSnapshot()
         let (seq, records) = (snapshot.seq, snapshot.records)
         journal.restart(with: state, at: seq) { [self] failure in
             queue.async { [self] in
@@ -553,6 +560,15 @@ final class Follower: @unchecked Sendable {
         if let failure = run.failure {
             flushAcknowledgements()
             stop("\(failure); this daemon has diverged from its leader")
+        }
+        return true
+    }
+
+    /// Applies record lines of the leader's snapshot (ignored when no snapshot is coming).
+    private func applySnapshotLines(_ lines: [UInt8]) -> Bool {
+        guard incoming != nil else { return true }
+        if let reason = lines.withUnsafeBytes({ incoming!.replay.applySnapshotLines($0) }) {
+            stop("a record of the leader's snapshot does not apply: \(reason)")
         }
         return true
     }
