@@ -68,7 +68,8 @@ func measure<Load: LoadProtocol>(_ load: Load, against target: LoadTarget, optio
     let threads = (0..<threadCount).map { t in
         LoadThread(
             connections: connections.enumerated().filter { $0.offset % threadCount == t }.map(\.element),
-            load: load, depth: options.depth, measureFrom: measureFrom, stopAt: stopAt)
+            load: load, depth: options.depth, measureFrom: measureFrom, stopAt: stopAt,
+            rate: options.rate.map { $0 / Double(threadCount) })
     }
 
     let benchCPUBefore = processCPUSeconds()

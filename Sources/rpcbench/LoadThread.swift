@@ -68,6 +68,8 @@ func openConnection(host: String, port: Int) throws -> Int32 {
 }
 
 /// An epoll loop driving some connections at a fixed depth until `stopAt`; measures from `measureFrom`.
+/// With a `rate`, a free slot of the depth waits for its turn: the n-th request goes no sooner than
+/// n / rate seconds after the start.
 /// What goes on the wire and what counts as a good reply is `load`'s (rpcd, Redis or the floor).
 final class LoadThread<Load: LoadProtocol> {
     let connections: [LoadConnection]
@@ -77,19 +79,64 @@ final class LoadThread<Load: LoadProtocol> {
     let stopAt: UInt64
     var result = LoadResult()
     private var readBuffer = [UInt8](repeating: 0, count: 256 * 1024)
+    /// Requests per second, at most (nil: no limit).
+    let rate: Double?
+    private var started: UInt64 = 0
+    private var issued = 0
+    /// Connections with a free slot waiting for the rate to allow a request (one entry a slot).
+    private var waiting: [LoadConnection] = []
+    private var waitingHead = 0
 
-    init(connections: [LoadConnection], load: Load, depth: Int, measureFrom: UInt64, stopAt: UInt64) {
+    init(connections: [LoadConnection], load: Load, depth: Int, measureFrom: UInt64, stopAt: UInt64, rate: Double? = nil) {
         self.connections = connections
         self.load = load
         self.depth = depth
         self.measureFrom = measureFrom
         self.stopAt = stopAt
+        self.rate = rate
+    }
+
+    /// Requests the rate allows by `now`, all told.
+    private func allowed(_ now: UInt64) -> Int {
+        guard let rate else { return .max }
+        return Int(min(Double(Int.max / 2), Double(now &- started) / 1e9 * rate)) + 1
+    }
+
+    /// Issues what the rate allows now to connections waiting for it; whether it issued any.
+    private func issueWaiting(now: UInt64) -> Bool {
+        guard waitingHead < waiting.count else { return false }
+        let limit = allowed(now)
+        var touched: [LoadConnection] = []
+        while waitingHead < waiting.count && issued < limit {
+            let connection = waiting[waitingHead]
+            waitingHead += 1
+            if !connection.closed {
+                issue(connection, now: now)
+                touched.append(connection)
+            }
+        }
+        if waitingHead > 4096 && waitingHead * 2 > waiting.count {
+            waiting.removeFirst(waitingHead)
+            waitingHead = 0
+        }
+        for connection in touched { flush(connection) }
+        return !touched.isEmpty
+    }
+
+    /// A slot of `connection` is free: a request goes now, or waits for the rate.
+    private func slotFreed(_ connection: LoadConnection, now: UInt64) {
+        if rate == nil || (waitingHead == waiting.count && issued < allowed(now)) {
+            issue(connection, now: now)
+        } else {
+            waiting.append(connection)
+        }
     }
 
     func run() {
+        started = nowNanoseconds()
         for connection in connections {
             let now = nowNanoseconds()
-            for _ in 0..<depth { issue(connection, now: now) }
+            for _ in 0..<depth { slotFreed(connection, now: now) }
             flush(connection)
         }
         // epoll, not poll(2): a poll over every connection cost the load thread O(connections) in
@@ -120,7 +167,10 @@ final class LoadThread<Load: LoadProtocol> {
                 drainDeadline = now + 5_000_000_000
             }
             if stopping && (now >= drainDeadline || connections.allSatisfy { $0.inflightCount == 0 || $0.closed }) { break }
-            let n = epoll_wait(epollFD, &events, Int32(events.count), 50)
+            if !stopping && issueWaiting(now: now) {
+                for i in connections.indices where !connections[i].closed && connections[i].hasOutput != watchesWrite[i] { watch(i, EPOLL_CTL_MOD) }
+            }
+            let n = epoll_wait(epollFD, &events, Int32(events.count), waitingHead < waiting.count ? 1 : 50)
             guard n >= 0 else {
                 if errno == EINTR { continue }
                 break
@@ -151,6 +201,7 @@ final class LoadThread<Load: LoadProtocol> {
     private func issue(_ connection: LoadConnection, now: UInt64) {
         let seq = connection.nextSeq
         connection.nextSeq += 1
+        issued += 1
         load.appendRequest(conn: connection.index, seq: seq, into: &connection.output)
         connection.inflight.append((seq: seq, sentAt: now))
     }
@@ -285,7 +336,7 @@ final class LoadThread<Load: LoadProtocol> {
             result.completed += 1
             result.histogram.record(Int((now - sentAt) / 1000))
         }
-        if !stopping { issue(connection, now: now) }
+        if !stopping { slotFreed(connection, now: now) }
     }
 
     private func fail(_ connection: LoadConnection, _ message: String) {

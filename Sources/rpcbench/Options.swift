@@ -23,6 +23,8 @@ struct Options {
     var batch: Int?
     var listAfterInsert: Int?
     var threads = 1
+    /// Requests per second at most, all threads together (`--rate`); nil: as fast as replies come.
+    var rate: Double?
     /// Times to run the set of loads a ratio compares (`--keys both`, `--fsync a,b`, `--followers`).
     var rounds = 1
     var compare: [Reference] = []
@@ -55,6 +57,8 @@ struct Options {
           --daemon-arg ARG   one more argument for every daemon it spawns, repeatable
                              (e.g. --daemon-arg --group-commit-delay --daemon-arg 2ms)
           --threads N        load threads (default 1; each runs an epoll loop over its connections)
+          --rate R           at most R requests/s, spread evenly over the run (a request waits for its turn,
+                             then for a free slot of --depth); rps below R means the target could not keep up
           --rounds N         run the loads a RATIO compares N times (1 to 100), in alternating order (ABBA…), and
                              print each round's ratio and their median (default 1)
           --compare LIST     after rpcd, run the same load against each of: redis (a redis-server it
@@ -129,6 +133,7 @@ struct Options {
                 case let other: throw UsageError("--keys '\(other)' is not no, yes or both")
                 }
             case "--threads": options.threads = try number(Int.self)
+            case "--rate": options.rate = try number(Double.self)
             case "--rounds":
                 let rounds = try number(Int.self)
                 guard rounds <= 100 else { throw UsageError("--rounds \(rounds) is more than 100; give 1 to 100 (each round is two loads)") }

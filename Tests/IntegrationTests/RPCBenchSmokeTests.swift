@@ -41,8 +41,23 @@ import Glibc
         let outcome = try temp.runBench(["--spawn", try Binaries.rpcd().path, "--catch-up", "2000"], timeout: 120)
         #expect(outcome.status == 0, "rpcbench failed: \(outcome.stdout)\(outcome.stderr)")
         let result = outcome.stdout.split(separator: "\n").first { $0.hasPrefix("RESULT catchup=2000 ") } ?? ""
-        #expect(result.contains(" behind=400 ") && result.hasSuffix(" errors=0"), "\(outcome.stdout)")
+        #expect(result.contains(" behind=400 ") && result.contains(" catchup_rps=") && result.hasSuffix(" errors=0"), "\(outcome.stdout)")
         #expect(temp.rpcbenchEntries() == before, "rpcbench left its directories behind")
+    }
+
+    /// The limiter can only hold a load back: more than the rate (a tenth over, for the edges of
+    /// the run) is a limiter that does not limit.
+    @Test("rpcbench --rate: no more requests per second than asked, with zero errors")
+    func rate() throws {
+        let temp = try BenchTemp()
+        defer { temp.remove() }
+        let outcome = try temp.runBench(
+            ["--spawn", try Binaries.rpcd().path, "--workload", "get", "--rate", "2000", "--duration", "1", "--warmup", "0.2", "--conns", "4", "--depth", "4"],
+            timeout: 60)
+        #expect(outcome.status == 0, "rpcbench failed: \(outcome.stdout)\(outcome.stderr)")
+        let result = outcome.stdout.split(separator: "\n").first { $0.hasPrefix("RESULT ") } ?? ""
+        let rps = result.split(separator: " ").first { $0.hasPrefix("rps=") }.flatMap { Double($0.dropFirst(4)) } ?? -1
+        #expect(rps > 0 && rps <= 2200 && result.contains(" errors=0"), "\(outcome.stdout)")
     }
 
     @Test("rpcbench --memory: bytes per record of the daemon (and of Redis when it is installed), with zero errors")
