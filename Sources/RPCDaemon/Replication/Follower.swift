@@ -64,9 +64,6 @@ final class Follower: @unchecked Sendable {
     private var lostSignal: AsyncStream<String>.Continuation?
     private var connected = false
     private var stopped: String?
-    /// Acknowledgements not yet handed to the client.
-    private var pendingAcks: [UInt8] = []
-    private var acksScheduled = false
     private var applied: UInt64
     /// The newest sequence known anywhere up the chain: the leader's at subscribe, its records as
     /// they arrive, and what it says of the chain above it; nil until the leader was reached.
@@ -617,22 +614,10 @@ final class Follower: @unchecked Sendable {
         send(line)
     }
 
-    /// Queues an acknowledgement; those released together (by one fsync) leave in one write.
+    /// Hands an acknowledgement to the client (its queue writes it): a pass sends one, so there
+    /// is nothing to gather, and no other thread to wake on the way.
     private func send(_ line: [UInt8]) {
-        let schedule: Bool = lock.withLock {
-            pendingAcks.append(contentsOf: line)
-            defer { acksScheduled = true }
-            return !acksScheduled
-        }
-        guard schedule else { return }
-        DispatchQueue.global().async { [self] in
-            let (acks, client): ([UInt8], RPCClient?) = lock.withLock {
-                acksScheduled = false
-                defer { pendingAcks = [] }
-                return (pendingAcks, self.client)
-            }
-            client?.sendCounterRequest(acks)
-        }
+        lock.withLock { client }?.sendCounterRequest(line)
     }
 
     // MARK: - Terms
