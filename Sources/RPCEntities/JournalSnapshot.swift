@@ -52,21 +52,25 @@ public enum JournalSnapshot {
             try seal(lineStart: start)
         }
         // Each record's param is written by the record's own writer (`JSONWritable`, as replies
-        // write it); a user line is gathered and appended at once unless a field needs an escape.
-        try state.users.drain { user in
+        // write it). A user line is gathered from the record's stored bytes, no value built, and
+        // appended at once unless a field needs an escape.
+        func write(_ user: User, lineStart start: Int) throws {
+            out.append(contentsOf: userLinePrefix.bytes)
+            out.append(contentsOf: paramKey.bytes)
+            user.writeJSON(into: &out)
+            try seal(lineStart: start)
+        }
+        try state.users.drainStored({ id, fields in
             let start = out.count
+            var unread = fields
             let gathered = JSONWriter.gathered(into: &out) { line in
                 line.literal(userLinePrefix)
                 line.literal(paramKey)
-                user.gather(into: &line)
+                User.gatherStored(id: id, &fields, into: &line)
             }
-            if !gathered {
-                out.append(contentsOf: userLinePrefix.bytes)
-                out.append(contentsOf: paramKey.bytes)
-                user.writeJSON(into: &out)
-            }
+            guard gathered else { return try write(User(id: String(decoding: id, as: UTF8.self), from: &unread), lineStart: start) }
             try seal(lineStart: start)
-        }
+        }, value: { try write($0, lineStart: out.count) })
         try state.buildings.drain { building in
             let start = out.count
             out.append(contentsOf: buildingLinePrefix.bytes)

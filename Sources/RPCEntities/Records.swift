@@ -393,6 +393,32 @@ public struct Records<Record: StoredRecord>: Sendable {
         unordered = []
     }
 
+    /// `drain`, with each record the shard holds as its bytes (`stored`: the id's, and a reader
+    /// at its fields), read in place, no value built; a record changed while this copy was taken
+    /// comes as its value (`value`). A snapshot writes the bytes out as they are.
+    mutating func drainStored(
+        _ stored: (UnsafeBufferPointer<UInt8>, inout RecordReader) throws -> Void, value: (Record) throws -> Void
+    ) rethrows {
+        for s in shards.indices {
+            let overlay = overlays[s]
+            let shard = shards[s]
+            try shard.arena.withUnsafeBufferPointer { arena in
+                for start in shard.starts {
+                    var reader = RecordReader(bytes: arena, position: start)
+                    let id = reader.readBytes()
+                    _ = reader.readCount()
+                    if !overlay.isEmpty, overlay[ExactID(String(decoding: id, as: UTF8.self))] != nil { continue }
+                    try stored(id, &reader)
+                }
+            }
+            for case let record? in overlay.values { try value(record) }
+            shards[s] = Shard()
+            overlays[s] = [:]
+        }
+        order = SortedIDs()
+        unordered = []
+    }
+
     /// At most `limit` records with ids after `after` (byte order), in id order, and the last id
     /// returned when more remain. No limit, or one above the record count, means all of them; a
     /// limit below 1 returns none (the methods reject it before).

@@ -77,6 +77,20 @@ extension User: StoredRecord {
     }
 }
 
+extension User {
+    /// What `gather` writes for the user whose stored bytes these are (`Records.drainStored`),
+    /// read in place; the gathering fails when a field needs an escape.
+    static func gatherStored(id: UnsafeBufferPointer<UInt8>, _ fields: inout RecordReader, into line: inout GatheredBytes) {
+        line.literal(#"{"id":""#)
+        line.plain(bytes: id)
+        line.literal(#"","name":""#)
+        line.plain(bytes: fields.readBytes())
+        line.literal(#"","email":""#)
+        line.plain(bytes: fields.readBytes())
+        line.literal(#""}"#)
+    }
+}
+
 extension Building: StoredRecord {
     public func store(into writer: inout RecordWriter) {
         writer.write(name)

@@ -40,6 +40,13 @@ package struct GatheredBytes: ~Copyable {
         if done == nil { failed = true }
     }
 
+    /// UTF-8 `bytes` as the body of a JSON string, when they need no escape (else the gathering fails).
+    @inline(__always)
+    package mutating func plain(bytes: UnsafeBufferPointer<UInt8>) {
+        guard JSONWriter.plainEnd(bytes, from: 0) == bytes.count else { return failed = true }
+        self.bytes(UnsafeRawBufferPointer(bytes))
+    }
+
     /// `value` as `JSONWriter.write` writes it, when no string in it needs an escape.
     package mutating func value(_ value: JSONValue) {
         guard !failed else { return }

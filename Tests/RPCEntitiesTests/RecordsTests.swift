@@ -163,6 +163,30 @@ import RPCSchema
         #expect(buildings[ids[1]] == nil && buildings[ids[0]] != nil && buildings.count == 3)
     }
 
+    /// A snapshot reads users as their stored bytes: each user once, and where a change waits in
+    /// an overlay (a copy taken while an older one still read the shards), the change instead.
+    @Test func aStoredDrainGivesEachUserOnceAndTheChangesWaitingInOverlays() {
+        var live = Records<User>()
+        for n in 0..<200 { _ = live.insertNew(User(id: "u\(n)", name: "N\(n)", email: "e\(n)@x"), id: "u\(n)") }
+        let held = live
+        live.insert(User(id: "u1", name: "changed", email: "c@x"), id: "u1")
+        _ = live.remove("u2")
+        _ = live.insertNew(User(id: "new", name: "fresh", email: "f@x"), id: "new")
+        var copy = live
+        var seen: [String: String] = [:]
+        var count = 0
+        copy.drainStored({ id, fields in
+            let user = User(id: String(decoding: id, as: UTF8.self), from: &fields)
+            seen[user.id] = user.name
+            count += 1
+        }, value: { user in
+            seen[user.id] = user.name
+            count += 1
+        })
+        #expect(count == 200 && seen.count == 200 && seen["u1"] == "changed" && seen["u2"] == nil && seen["new"] == "fresh" && seen["u7"] == "N7")
+        #expect(held.count == 200 && held["u2"]?.name == "N2" && live["u1"]?.name == "changed")
+    }
+
     /// While a copy reads the shards, changes wait in overlays; once it is gone, the next change to
     /// each shard folds its overlay in (so a shard is never copied whole on a loop).
     @Test func overlaysFoldOnceNoCopyReadsTheShard() {
