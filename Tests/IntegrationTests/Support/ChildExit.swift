@@ -12,24 +12,37 @@ import Glibc
 /// are used.
 final class ChildExit: @unchecked Sendable {
     // @unchecked: `reaped` is guarded by `lock`.
-    let process: Process
+    /// The `Process` that started it, when one did (it may reap the child first; its pid is read
+    /// once it runs).
+    let process: Process?
+    private let spawned: pid_t
     private let lock = NSLock()
     private var reaped: (code: Int32, signaled: Bool)?
 
-    init(_ process: Process) { self.process = process }
+    var pid: pid_t { process?.processIdentifier ?? spawned }
+
+    init(_ process: Process) {
+        self.process = process
+        spawned = 0
+    }
+
+    /// A child `Spawn` started: nothing else reaps it.
+    init(pid: pid_t) {
+        spawned = pid
+        process = nil
+    }
 
     /// How the child ended: its exit code, or the signal that killed it; nil while it runs.
     func poll() -> (code: Int32, signaled: Bool)? {
         lock.withLock {
             if let reaped { return reaped }
             var raw: Int32 = 0
-            let pid = process.processIdentifier
             let result = waitpid(pid, &raw, WNOHANG)
             if result == pid {
                 // The wait status: a signal number in the low 7 bits, else the exit code above them.
                 let signal = raw & 0x7f
                 reaped = signal == 0 ? ((raw >> 8) & 0xff, false) : (signal, true)
-            } else if result == -1 && errno == ECHILD && !process.isRunning {
+            } else if result == -1 && errno == ECHILD, let process, !process.isRunning {
                 reaped = (process.terminationStatus, process.terminationReason == .uncaughtSignal)
             }
             return reaped

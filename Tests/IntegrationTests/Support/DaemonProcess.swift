@@ -7,14 +7,13 @@ import Glibc
 /// The real `rpcd serve` on `127.0.0.1:0` with a fresh data directory. Killed (SIGKILL) on `stop()`
 /// and in `deinit`, so no daemon outlives its test.
 final class DaemonProcess {
-    let process: Process
     /// The daemon's exit, reaped by the test itself (see `ChildExit`).
     private let exit: ChildExit
     let dataDir: URL
     /// Every `listening on HOST:PORT` seen, in order.
     let listeners: [(host: String, port: Int)]
     var port: Int { listeners[0].port }
-    var pid: Int32 { process.processIdentifier }
+    let pid: Int32
     private let stderrDrain: PipeDrain
     /// Whether `deinit` removes `dataDir` (only the fresh one it made itself).
     private let ownsDataDir: Bool
@@ -41,23 +40,16 @@ final class DaemonProcess {
         arguments += ["--data-dir", dataDir.path]
         arguments += extraArguments
 
-        process = Process()
-        exit = ChildExit(process)
-        process.executableURL = binary
-        process.arguments = arguments
-        if !environment.isEmpty {
-            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        }
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = FileHandle.nullDevice
         let errPipe = Pipe()
-        process.standardError = errPipe
         do {
-            try process.run()
+            pid = try Spawn.start(
+                binary.path, arguments, environment: environment.isEmpty ? nil : ProcessInfo.processInfo.environment.merging(environment) { $1 },
+                stderr: errPipe.fileHandleForWriting.fileDescriptor)
         } catch {
             if ownsDataDir { try? FileManager.default.removeItem(at: dataDir) }
             throw HarnessError("could not start \(binary.path): \(error)")
         }
+        exit = ChildExit(pid: pid)
         // Our copy of the write end must go, or the drain never sees EOF.
         try? errPipe.fileHandleForWriting.close()
         stderrDrain = PipeDrain(errPipe)
@@ -69,7 +61,7 @@ final class DaemonProcess {
         if !found || seen.count < want {
             let text = stderrDrain.text
             let state = exit.poll().map { "exited with \($0.code)" } ?? "still running"
-            if exit.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) }
+            if exit.isRunning { Glibc.kill(pid, SIGKILL) }
             if ownsDataDir { try? FileManager.default.removeItem(at: dataDir) }
             throw HarnessError(
                 "rpcd \(arguments.joined(separator: " ")) did not print \(want) `listening on HOST:PORT` "
@@ -80,7 +72,7 @@ final class DaemonProcess {
 
     deinit {
         if exit.isRunning {
-            Glibc.kill(process.processIdentifier, SIGKILL)
+            Glibc.kill(pid, SIGKILL)
             exit.wait(timeout: 5)  // reaped: no zombie left behind
         }
         if ownsDataDir { try? FileManager.default.removeItem(at: dataDir) }
@@ -126,7 +118,6 @@ final class DaemonProcess {
     /// daemon would race it), or after 5 s.
     func signal(_ sig: Int32) {
         guard exit.isRunning else { return }
-        let pid = process.processIdentifier
         _ = Glibc.kill(pid, sig)
         guard sig == SIGSTOP else { return }
         let watch = Stopwatch()

@@ -16,32 +16,28 @@ func runProcess(
     _ executable: URL, _ arguments: [String], stdin: String? = nil, timeout: Double = 10
 ) throws -> ProcessOutcome {
     _ = ignoreSIGPIPEInTests
-    let process = Process()
-    process.executableURL = executable
-    process.arguments = arguments
     let outPipe = Pipe()
     let errPipe = Pipe()
     let inPipe = Pipe()
-    process.standardOutput = outPipe
-    process.standardError = errPipe
-    process.standardInput = stdin == nil ? FileHandle.nullDevice : inPipe
-    try process.run()
+    let pid = try Spawn.start(
+        executable.path, arguments, stdin: stdin == nil ? nil : inPipe.fileHandleForReading.fileDescriptor,
+        stdout: outPipe.fileHandleForWriting.fileDescriptor, stderr: errPipe.fileHandleForWriting.fileDescriptor)
     try? outPipe.fileHandleForWriting.close()
     try? errPipe.fileHandleForWriting.close()
     let out = PipeDrain(outPipe)
     let err = PipeDrain(errPipe)
+    try? inPipe.fileHandleForReading.close()
     if let stdin {
-        try? inPipe.fileHandleForReading.close()
         let writer = inPipe.fileHandleForWriting
         try? writer.write(contentsOf: Data(stdin.utf8))
         try? writer.close()
     }
-    let exit = ChildExit(process)
+    let exit = ChildExit(pid: pid)
     var status: Int32?
     if let ended = exit.wait(timeout: timeout) {
         status = ended.signaled ? 128 + ended.code : ended.code
     } else {
-        kill(process.processIdentifier, SIGKILL)
+        kill(pid, SIGKILL)
         exit.wait(timeout: 10)
     }
     out.waitForEOF(timeout: 2)
