@@ -68,15 +68,33 @@ func pipeline(host: String, port: Int, lines: [[UInt8]]) throws -> Int {
         let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
         guard n > 0 else { throw UsageError("daemon closed the connection while preloading") }
         pendingTail += buffer[0..<n]
-        while let newline = pendingTail.firstIndex(of: 0x0A) {
-            let line = pendingTail[..<newline]
-            if line.count > 30 && String(decoding: line, as: UTF8.self).contains(#""method":"error.error""#) { errors += 1 }
-            pendingTail.removeSubrange(...newline)
+        // Lines counted in place and the read ones dropped once a read: dropping each line from
+        // the front moved the rest of the buffer per line, which made this loop, not the daemon,
+        // the limit of a run whose reads came back full.
+        var start = 0
+        while let newline = pendingTail[start...].firstIndex(of: 0x0A) {
+            if isErrorReply(pendingTail[start..<newline]) { errors += 1 }
+            start = newline + 1
             received += 1
         }
+        pendingTail.removeFirst(start)
     }
     return errors
 }
+
+/// Whether a reply line calls `error.error`.
+private func isErrorReply(_ line: ArraySlice<UInt8>) -> Bool {
+    let method = errorMethod
+    guard line.count >= method.count else { return false }
+    var i = line.startIndex
+    while i + method.count <= line.endIndex {
+        if line[i] == method[0] && line[i..<(i + method.count)].elementsEqual(method) { return true }
+        i += 1
+    }
+    return false
+}
+
+private let errorMethod = Array(#""method":"error.error""#.utf8)
 
 func createUsersLines(_ count: Int, prefix: String) -> [[UInt8]] {
     (0..<count).map { i in
