@@ -8,7 +8,7 @@ import Glibc
 /// A real etcd (Debian's `etcd-server`) on free loopback ports with a temporary data directory,
 /// killed and removed on `stop()` and in `deinit`.
 final class EtcdProcess {
-    let process: Process
+    let pid: pid_t
     private let exit: ChildExit
     private let drain: PipeDrain
     let dataDir: URL
@@ -36,18 +36,14 @@ final class EtcdProcess {
         let peerPort = try Self.freePort()
         let client = "http://127.0.0.1:\(clientPort)"
         let peer = "http://127.0.0.1:\(peerPort)"
-        process = Process()
-        exit = ChildExit(process)
-        process.executableURL = binary
-        process.arguments = [
-            "--name", "test", "--data-dir", dataDir.path, "--listen-client-urls", client, "--advertise-client-urls", client,
-            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer, "--initial-cluster", "test=\(peer)",
-        ]
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = FileHandle.nullDevice
         let pipe = Pipe()
-        process.standardError = pipe
-        try process.run()
+        pid = try Spawn.start(
+            binary.path,
+            [
+                "--name", "test", "--data-dir", dataDir.path, "--listen-client-urls", client, "--advertise-client-urls", client,
+                "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer, "--initial-cluster", "test=\(peer)",
+            ], stderr: pipe.fileHandleForWriting.fileDescriptor)
+        exit = ChildExit(pid: pid)
         try? pipe.fileHandleForWriting.close()
         drain = PipeDrain(pipe)
         guard drain.wait(timeout: TestPace.seconds(20), until: { $0.contains("ready to serve client requests") }) else {
@@ -59,12 +55,12 @@ final class EtcdProcess {
     deinit { stop() }
 
     func signal(_ sig: Int32) {
-        if exit.isRunning { kill(process.processIdentifier, sig) }
+        if exit.isRunning { kill(pid, sig) }
     }
 
     func stop() {
         if exit.isRunning {
-            kill(process.processIdentifier, SIGKILL)
+            kill(pid, SIGKILL)
             exit.wait(timeout: 5)
         }
         try? FileManager.default.removeItem(at: dataDir)

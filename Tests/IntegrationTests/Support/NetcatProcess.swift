@@ -7,7 +7,8 @@ import Glibc
 /// A real `nc HOST PORT` left running, as in a terminal: lines are typed into its stdin whenever
 /// the test likes, and what it prints is collected. Killed on `stop()` and in `deinit`.
 final class NetcatProcess {
-    let process = Process()
+    let pid: pid_t
+    private let exit: ChildExit
     private let input: FileHandle
     private let output: PipeDrain
     private let errors: PipeDrain
@@ -19,15 +20,13 @@ final class NetcatProcess {
     /// Any line-at-a-time client, e.g. `openssl s_client -quiet …` for a TLS session.
     init(executable: String, arguments: [String]) throws {
         _ = ignoreSIGPIPEInTests
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
         let inPipe = Pipe()
         let outPipe = Pipe()
         let errPipe = Pipe()
-        process.standardInput = inPipe
-        process.standardOutput = outPipe
-        process.standardError = errPipe
-        try process.run()
+        pid = try Spawn.start(
+            executable, arguments, stdin: inPipe.fileHandleForReading.fileDescriptor, stdout: outPipe.fileHandleForWriting.fileDescriptor,
+            stderr: errPipe.fileHandleForWriting.fileDescriptor)
+        exit = ChildExit(pid: pid)
         try? inPipe.fileHandleForReading.close()
         try? outPipe.fileHandleForWriting.close()
         try? errPipe.fileHandleForWriting.close()
@@ -59,9 +58,9 @@ final class NetcatProcess {
 
     func stop() {
         try? input.close()
-        if process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
+        if exit.isRunning {
+            kill(pid, SIGKILL)
+            exit.wait(timeout: 5)
         }
     }
 }

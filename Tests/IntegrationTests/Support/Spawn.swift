@@ -7,7 +7,7 @@ import Glibc
 /// /proc/self/fd: on this toolchain that listing copies each entry's whole 256-byte name and reads
 /// past the end of glibc's readdir buffer (swift-corelibs-foundation PR #5472), which kills the
 /// test process with SIGSEGV when the buffer ends a thread's heap (seen about one suite in five).
-/// The daemon and the command-line runs, most of a suite's children, start here.
+/// Every child the harness starts, but the socket-activated one (its descriptors are passed on purpose), starts here.
 ///
 /// The child gets `stdin`, `stdout` and `stderr` (nil: /dev/null), no other descriptor of the
 /// test process (`addclosefrom`), and a process group of its own, as `Process` gives it. Reap it
