@@ -384,13 +384,7 @@ public struct Records<Record: StoredRecord>: Sendable {
     /// so that the value this copy was taken from may change that shard in place again (the
     /// snapshot a compaction writes). This value holds no records afterwards.
     mutating func drain(_ body: (Record) throws -> Void) rethrows {
-        for s in shards.indices {
-            try forEach(inShard: s, body)
-            shards[s] = Shard()
-            overlays[s] = [:]
-        }
-        order = SortedIDs()
-        unordered = []
+        try drainStored({ id, fields in try body(Record(id: String(decoding: id, as: UTF8.self), from: &fields)) }, value: body)
     }
 
     /// `drain`, with each record the shard holds as its bytes (`stored`: the id's, and a reader

@@ -318,17 +318,7 @@ final class Follower: @unchecked Sendable {
     private func receive(_ request: Request, line: UnsafeRawBufferPointer) -> FeedFlow {
         let seq = Self.sequence(of: request)
         let body = seq.flatMap { JournalRecord.Body(line: line, seq: $0) }
-        let (flow, schedule): (FeedFlow, Bool) = lock.withLock {
-            guard stopped == nil else { return (.pause, false) }
-            if let seq {
-                newestReceived = max(newestReceived ?? 0, seq)
-                if seq > leaderSequence ?? 0 { leaderSequence = seq }
-            }
-            inbox.append(Incoming(request: request, body: body))
-            return admitted()
-        }
-        if schedule { queue.async { self.drain() } }
-        return flow
+        return admit(seq: seq) { inbox.append(Incoming(request: request, body: body)) }
     }
 
     /// On the client's queue: a record line from the leader joins the inbox as its bytes, with the
@@ -338,37 +328,36 @@ final class Follower: @unchecked Sendable {
         let seq = JournalRecord.feedRecordSequence(line)
         let snapshot = seq == nil && JournalRecord.isFeedSnapshotRecord(line)
         guard seq != nil || snapshot else { return nil }
+        return admit(seq: seq) {
+            let last = inbox.count - 1
+            if !(last >= inboxTaken && inbox[last].request == nil && inbox[last].snapshot == snapshot && inbox[last].lines.count < Self.maxEntryBytes) {
+                var entry = Incoming(snapshot: snapshot)
+                entry.lines.reserveCapacity(Self.maxEntryBytes / 4)
+                inbox.append(entry)
+            }
+            inbox[inbox.count - 1].lines.append(contentsOf: line)
+            inbox[inbox.count - 1].lines.append(UInt8(ascii: "\n"))
+            inboxBytes += line.count + 1
+        }
+    }
+
+    /// What the leader sent joins the inbox (`add`, under `lock`), with its sequence number when
+    /// it is a record: whether reading pauses (the inbox is full); a pass is scheduled if none is.
+    private func admit(seq: UInt64?, _ add: () -> Void) -> FeedFlow {
         let (flow, schedule): (FeedFlow, Bool) = lock.withLock {
             guard stopped == nil else { return (.pause, false) }
             if let seq {
                 newestReceived = max(newestReceived ?? 0, seq)
                 if seq > leaderSequence ?? 0 { leaderSequence = seq }
             }
-            let last = inbox.count - 1
-            if last >= inboxTaken, inbox[last].request == nil, inbox[last].snapshot == snapshot, inbox[last].lines.count < Self.maxEntryBytes {
-                inbox[last].lines.append(contentsOf: line)
-                inbox[last].lines.append(UInt8(ascii: "\n"))
-            } else {
-                var lines: [UInt8] = []
-                lines.reserveCapacity(Self.maxEntryBytes / 4)
-                lines.append(contentsOf: line)
-                lines.append(UInt8(ascii: "\n"))
-                inbox.append(Incoming(lines: lines, snapshot: snapshot))
-            }
-            inboxBytes += line.count + 1
-            return admitted()
+            add()
+            let full = inbox.count - inboxHead >= Self.maxInbox || inboxBytes >= Self.maxInboxBytes
+            if full { readingPaused = true }
+            defer { draining = true }
+            return (full ? .pause : .continue, !draining)
         }
         if schedule { queue.async { self.drain() } }
         return flow
-    }
-
-    /// Under `lock`, after an entry joined the inbox: whether reading pauses (the inbox is
-    /// full), and whether a pass must be scheduled.
-    private func admitted() -> (FeedFlow, Bool) {
-        let full = inbox.count - inboxHead >= Self.maxInbox || inboxBytes >= Self.maxInboxBytes
-        if full { readingPaused = true }
-        defer { draining = true }
-        return (full ? .pause : .continue, !draining)
     }
 
     /// Applies what the inbox holds, in order, until it is empty or a record must wait.
@@ -598,12 +587,11 @@ final class Follower: @unchecked Sendable {
     private func flushAcknowledgements() {
         guard let through = ackThrough else { return }
         ackThrough = nil
-        var line: [UInt8] = []
-        Self.acknowledge(id: "r\(through.seq)", method: through.method, seq: through.seq, into: &line)
-        let lines = line
+        var lines: [UInt8] = []
+        Self.acknowledge(id: "r\(through.seq)", method: through.method, seq: through.seq, into: &lines)
         guard let ticket = acksTicket else { return send(lines) }
         acksTicket = nil
-        journal.whenDurable(ticket) { [self] failure in
+        journal.whenDurable(ticket) { [self, lines] failure in
             if failure == nil { send(lines) }
         }
     }
