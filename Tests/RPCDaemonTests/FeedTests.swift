@@ -36,6 +36,11 @@ struct FeedTests {
         #expect(seqs(a) == [13, 14, 15] && lastA == 15)
         guard case .lines(let b, let lastB) = feed.chunk(from: 16, maxBytes: 1) else { Issue.record("no chunk"); return }
         #expect(seqs(b) == [16] && lastB == 16, "at least one line, even past the budget")
+        guard case .lines(let c, let lastC) = feed.chunk(from: 16, maxBytes: 1 << 20) else { Issue.record("no chunk"); return }
+        #expect(seqs(c) == [16, 17, 18, 19, 20] && lastC == 20, "a whole batch")
+        let two = line(17).count + line(18).count
+        guard case .lines(let d, let lastD) = feed.chunk(from: 17, maxBytes: two) else { Issue.record("no chunk"); return }
+        #expect(seqs(d) == [17, 18] && lastD == 18, "from the middle of a batch, up to the budget")
         if case .upToDate = feed.chunk(from: 21, maxBytes: 100) {} else { Issue.record("21 is not durable yet") }
         if case .notInMemory = feed.chunk(from: 10, maxBytes: 100) {} else { Issue.record("10 was never in memory") }
     }

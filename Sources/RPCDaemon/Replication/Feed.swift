@@ -87,9 +87,6 @@ final class ReplicationFeed: @unchecked Sendable {
         for subscriber in waiting { subscriber.wake() }
     }
 
-    /// A follower replaced its state with its leader's snapshot at `seq`: what memory held is
-    /// from before; subscribers that are behind it need that snapshot (they are disconnected when
-    /// they next read, and subscribe again).
     /// Whether published batches are kept (under `lock`): a subscriber is attached, or one left
     /// less than `backlogSeconds` ago.
     private var keepsBacklog: Bool {
@@ -98,6 +95,9 @@ final class ReplicationFeed: @unchecked Sendable {
         return DispatchTime.now().uptimeNanoseconds &- left < Self.backlogSeconds * 1_000_000_000
     }
 
+    /// A follower replaced its state with its leader's snapshot at `seq`: what memory held is
+    /// from before; subscribers that are behind it need that snapshot (they are disconnected when
+    /// they next read, and subscribe again).
     func restarted(at seq: UInt64) {
         lock.withLock {
             batches = []
@@ -111,6 +111,16 @@ final class ReplicationFeed: @unchecked Sendable {
     /// The snapshot moved on (a compaction).
     func compacted(at seq: UInt64) {
         lock.withLock { snapshotSeq = max(snapshotSeq, seq) }
+    }
+
+    /// The index of the first newline at or after `from`, or nil.
+    private static func newline(in bytes: [UInt8], from: Int) -> Int? {
+        bytes.withUnsafeBufferPointer { buffer in
+            guard from < buffer.count, let base = buffer.baseAddress,
+                let found = memchr(base + from, Int32(UInt8(ascii: "\n")), buffer.count - from)
+            else { return nil }
+            return base.distance(to: found.assumingMemoryBound(to: UInt8.self))
+        }
     }
 
     // MARK: - For subscribers
@@ -136,16 +146,21 @@ final class ReplicationFeed: @unchecked Sendable {
             while batches[index].first > from { index -= 1 }
             let batch = batches[index]
             let bytes = batch.bytes
+            // Lines are found with memchr, and not at all when the rest of the batch fits: a
+            // subscriber that keeps up takes whole batches, every record of them once per subscriber.
             var start = 0
             var skip = from - batch.first
-            while skip > 0, let newline = bytes[start...].firstIndex(of: UInt8(ascii: "\n")) {
+            while skip > 0, let newline = Self.newline(in: bytes, from: start) {
                 start = newline + 1
                 skip -= 1
+            }
+            if bytes.count - start <= maxBytes, skip == 0 {
+                return start < bytes.count ? .lines(bytes[start...], last: batch.last) : .notInMemory
             }
             var end = start
             var last = from - 1
             while end < bytes.count, last < batch.last {
-                guard let newline = bytes[end...].firstIndex(of: UInt8(ascii: "\n")) else { break }
+                guard let newline = Self.newline(in: bytes, from: end) else { break }
                 end = newline + 1
                 last += 1
                 if end - start >= maxBytes { break }
