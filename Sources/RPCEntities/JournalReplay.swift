@@ -386,8 +386,11 @@ public struct JournalReplay {
     /// Applies a record parsed ahead: its prepared call, or, without one, the way `apply(_:plain:seq:)`
     /// goes. The reason it failed, or nil.
     mutating func apply(_ parsed: ParsedLine, fields: JournalRecord.Fields, plain: PlainObject?, seq: UInt64) -> String? {
-        guard let (entry, call) = parsed.prepared else { return apply(fields, plain: plain, seq: seq) }
-        return run(call, of: entry)
+        guard let call = parsed.prepared else { return apply(fields, plain: plain, seq: seq) }
+        // A record prepared ahead names a mutation (its parser looked it up): its name is the method's.
+        if let error = call(&state, &scratch) { return "\(fields.method) does not apply: \(error.errorMessage)" }
+        applied += 1
+        return nil
     }
 
     /// Runs a record's call silently, counting it; the reason it failed, or nil.

@@ -339,8 +339,9 @@ public struct Records<Record: StoredRecord>: Sendable {
 
     private mutating func orderWaitingIDs() {
         guard !unordered.isEmpty else { return }
-        order.insert(contentsOf: unordered)
+        let waiting = unordered
         unordered = []
+        order.insert(contentsOf: consume waiting)
     }
 
     /// Rewrites the records `body` changes (it returns true for those). A shard a copy still

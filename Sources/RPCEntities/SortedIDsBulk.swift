@@ -5,8 +5,8 @@ extension SortedIDs {
     /// Adds `ids` (any order; repeats, and ids already here, count once). Many at once (journal
     /// replay) cost one sort and a bottom-up rebuild instead of a tree walk per id; a few, relative
     /// to the ids already here, are inserted one by one, in order.
-    public mutating func insert(contentsOf ids: [ExactID]) {
-        let sorted = Self.sortedUnique(ids)
+    public mutating func insert(contentsOf ids: consuming [ExactID]) {
+        let sorted = Self.sortedUnique(consume ids)
         guard sorted.count >= count / 8 else {
             for key in sorted { insert(key) }
             return
@@ -18,40 +18,47 @@ extension SortedIDs {
     }
 
     /// `ids` in byte order without repeats, as keys (each with the prefix it was sorted by).
-    /// Sorted by `orderPrefix`: a radix sort of the first 8 bytes, then comparisons of the next 16
-    /// and of whole ids only where those are shared.
-    static func sortedUnique(_ ids: [ExactID]) -> [Key] {
+    /// Sorted by `orderPrefix`: a radix sort of the first 24 bytes, then comparisons of whole ids
+    /// only where those are shared.
+    static func sortedUnique(_ ids: consuming [ExactID]) -> [Key] {
+        var ids = ids
         var entries = ids.indices.map { i in
             let prefix = ids[i].orderPrefix
             return Entry(high: prefix.0, middle: prefix.1, low: prefix.2, index: i)
         }
-        Entry.radixSortByHigh(&entries)
-        // Entries sharing their first 8 bytes: by the next 8, then whole ids.
+        Entry.radixSort(&entries)
+        // Entries sharing their first 24 bytes: by whole ids.
         var start = 0
         while start < entries.count {
             var end = start + 1
-            while end < entries.count && entries[end].high == entries[start].high { end += 1 }
+            while end < entries.count && entries[end].samePrefix(as: entries[start]) { end += 1 }
             if end - start > 1 {
                 entries.withUnsafeMutableBufferPointer { buffer in
                     var run = UnsafeMutableBufferPointer(rebasing: buffer[start..<end])
-                    run.sort { a, b in
-                        a.middle != b.middle ? a.middle < b.middle : a.low != b.low ? a.low < b.low : ids[a.index] < ids[b.index]
-                    }
+                    run.sort { a, b in ids[a.index] < ids[b.index] }
                 }
             }
             start = end
         }
-        var out: [Key] = []
-        out.reserveCapacity(ids.count)
-        for (n, entry) in entries.enumerated() {
-            if n > 0, entries[n - 1].high == entry.high, entries[n - 1].middle == entry.middle, entries[n - 1].low == entry.low,
-                ids[entries[n - 1].index] == ids[entry.index]
-            {
-                continue
+        // Each id's string moves into its key: a copy retained each string in sorted order, a
+        // cache miss on a string object per id (the ids were made in another order, on another thread).
+        let hole = ExactID("")
+        return ids.withUnsafeMutableBufferPointer { ids in
+            [Key](unsafeUninitializedCapacity: entries.count) { out, written in
+                written = 0
+                for entry in entries {
+                    if written > 0, out[written - 1].high == entry.high, out[written - 1].middle == entry.middle, out[written - 1].low == entry.low,
+                        ExactUTF8.equal(out[written - 1].string, ids[entry.index].string)
+                    {
+                        continue  // a repeat: it stays in `ids`, which lets it go
+                    }
+                    let id = (ids.baseAddress! + entry.index).move()
+                    (ids.baseAddress! + entry.index).initialize(to: hole)
+                    (out.baseAddress! + written).initialize(to: Key(high: entry.high, middle: entry.middle, low: entry.low, string: id.string))
+                    written += 1
+                }
             }
-            out.append(Key(high: entry.high, middle: entry.middle, low: entry.low, string: ids[entry.index].string))
         }
-        return out
     }
 
     /// Two ascending runs as one, an id in both once. Keys are moved, not copied: a copy retained
@@ -148,19 +155,30 @@ private struct Entry {
     var low: UInt64
     var index: Int
 
-    /// Sorts by `high`, stable: eight passes of a byte each, least significant first, through a
-    /// second buffer; a pass where every entry has the same byte there (ids sharing a first letter,
-    /// short ids' zero padding) is skipped.
-    static func radixSortByHigh(_ entries: inout [Entry]) {
+    func samePrefix(as other: Entry) -> Bool { high == other.high && middle == other.middle && low == other.low }
+
+    /// Sorts by `high`, then `middle`, then `low`: one pass of a byte each, least significant
+    /// first, through a second buffer; a byte where every entry has the same value (a prefix all
+    /// ids share, short ids' zero padding) takes no pass. Ids that differ only past their first 8
+    /// bytes (a shared prefix such as a tenant or a run's tag) are sorted as fast as any.
+    static func radixSort(_ entries: inout [Entry]) {
         let count = entries.count
         guard count > 1 else { return }
-        var histograms = [Int](repeating: 0, count: 8 * 256)
-        for entry in entries {
-            for byte in 0..<8 { histograms[byte &* 256 &+ Int((entry.high >> UInt64(byte &* 8)) & 0xFF)] &+= 1 }
+        // Digit d: byte d % 8 of word d / 8, the words least significant first (low, middle, high).
+        var histograms = [Int](repeating: 0, count: 24 * 256)
+        histograms.withUnsafeMutableBufferPointer { counts in
+            for entry in entries {
+                for byte in 0..<8 {
+                    let shift = UInt64(byte &* 8)
+                    counts[byte &* 256 &+ Int((entry.low >> shift) & 0xFF)] &+= 1
+                    counts[(8 &+ byte) &* 256 &+ Int((entry.middle >> shift) & 0xFF)] &+= 1
+                    counts[(16 &+ byte) &* 256 &+ Int((entry.high >> shift) & 0xFF)] &+= 1
+                }
+            }
         }
         var other = entries
-        for byte in 0..<8 {
-            let counts = histograms[(byte * 256)..<((byte + 1) * 256)]
+        for digit in 0..<24 {
+            let counts = histograms[(digit * 256)..<((digit + 1) * 256)]
             if counts.contains(count) { continue }
             var next = [Int](repeating: 0, count: 256)
             var total = 0
@@ -168,13 +186,17 @@ private struct Entry {
                 next[value] = total
                 total += n
             }
-            let shift = UInt64(byte * 8)
+            let shift = UInt64((digit % 8) * 8)
+            let word = digit / 8
             entries.withUnsafeBufferPointer { source in
                 other.withUnsafeMutableBufferPointer { target in
-                    for entry in source {
-                        let value = Int((entry.high >> shift) & 0xFF)
-                        target[next[value]] = entry
-                        next[value] &+= 1
+                    next.withUnsafeMutableBufferPointer { next in
+                        for entry in source {
+                            let key = word == 0 ? entry.low : word == 1 ? entry.middle : entry.high
+                            let value = Int((key >> shift) & 0xFF)
+                            target[next[value]] = entry
+                            next[value] &+= 1
+                        }
                     }
                 }
             }

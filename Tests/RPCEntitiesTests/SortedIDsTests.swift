@@ -128,6 +128,24 @@ import RPCSchema
         #expect(ids.count == 50_000 && !ids.contains("u1") && ids.contains("u25000x"))
     }
 
+    /// Ids that share their first 8 bytes (a tenant or a run's tag) and differ in any byte after,
+    /// up to and past the 24 the bulk sort's radix passes read, with repeats: a bulk sort puts them
+    /// in byte order, each once.
+    @Test func idsWithASharedPrefixSortByEveryByte() {
+        var random = Random(state: 11)
+        let alphabet = Array("09AZaz-_.\u{0}\u{E9}\u{7F}".unicodeScalars)
+        let ids: [ExactID] = (0..<30_000).map { _ in
+            var suffix = ""
+            for _ in 0..<random.below(24) { suffix.unicodeScalars.append(alphabet[random.below(alphabet.count)]) }
+            return ExactID("bB21EC1C" + suffix)
+        }
+        let sorted = SortedIDs.sortedUnique(ids)
+        #expect(sorted.map(\.id) == Set(ids).sorted())
+        var bulk = SortedIDs()
+        bulk.insert(contentsOf: ids)
+        #expect(bulk.violation() == nil && bulk.all == Set(ids).sorted())
+    }
+
     /// Bulk inserts (journal replay): into an empty set (a bottom-up build at every size around a
     /// node's capacity and up to three levels), into a large set (a merge and rebuild) and into a
     /// small one (inserts in order), with repeats and ids already present; the tree keeps its shape
