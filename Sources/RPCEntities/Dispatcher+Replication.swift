@@ -111,11 +111,8 @@ extension Dispatcher {
             guard previous < .max, seq == previous + 1 else {
                 return failed("a record from the leader does not follow the last one here: \(JournalReplay.sequenceProblem(seq, after: previous))")
             }
-            if let reason = applier.apply(fields, plain: plain, seq: seq) {
-                // Replay words it for a file ("M does not apply: why"); here the record says which method.
-                let replayWords = "\(fields.method) does not apply: "
-                let why = reason.hasPrefix(replayWords) ? String(reason.dropFirst(replayWords.count)) : reason
-                return failed("record \(seq) (\(fields.method)) does not apply here: \(why)")
+            if let refusal = applier.apply(fields, plain: plain, seq: seq) {
+                return failed("record \(seq) (\(fields.method)) does not apply here: \(refusal.reason)")
             }
             applier.lastSeq = seq
             taken = (taken?.start ?? offset, offset + line.count + 1, taken?.first ?? seq)

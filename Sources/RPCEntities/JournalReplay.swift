@@ -135,7 +135,7 @@ public struct JournalReplay {
                 if firstRecord { return failure(.missingSnapshot, missingBefore(seq)) }
                 return failure(.sequence, "sequence number \(seq) follows \(lastSeq), the last record before this file: \(Self.missing(lastSeq &+ 1, seq &- 1))")
             }
-            if let reason = apply(parsed, fields: fields, plain: plain, seq: seq) { return failure(.inconsistent, reason) }
+            if let refusal = apply(parsed, fields: fields, plain: plain, seq: seq) { return failure(.inconsistent, refusal.description) }
             lastSeq = seq
             outcome.applied += 1
             return nil
@@ -211,8 +211,8 @@ public struct JournalReplay {
             case .success(let decoded): (fields, plain) = decoded
             }
             if let reason = seals.check(sealed: fields.sealed, line: number, outcome: &outcome) { return damaged(reason) }
-            if let reason = apply(parsed, fields: fields, plain: plain, seq: 0) {
-                return Failure(line: number, offset: offset, reason: reason, kind: .inconsistent)
+            if let refusal = apply(parsed, fields: fields, plain: plain, seq: 0) {
+                return Failure(line: number, offset: offset, reason: refusal.description, kind: .inconsistent)
             }
             outcome.applied += 1
             return nil
@@ -288,7 +288,8 @@ public struct JournalReplay {
     /// Applies one record of a snapshot a leader sends (a follower rebuilding its state); the
     /// reason it failed, or nil.
     public mutating func applySnapshotRecord(_ request: Request) -> String? {
-        apply(JournalRecord.Fields(id: request.id, method: request.method.description, param: request.param, seq: nil, key: nil, sealed: true), seq: 0)
+        apply(JournalRecord.Fields(id: request.id, method: request.method.description, param: request.param, seq: nil, key: nil, sealed: true), seq: 0)?
+            .description
     }
 
     /// Applies entity records of a snapshot a leader sends (each line with its `\n`), as
@@ -299,7 +300,7 @@ public struct JournalReplay {
         _ = Self.forEachLine(lines) { line, number, offset in
             switch JournalRecord.replayFields(line) {
             case .failure(let error): failure = "a record is damaged: \(Self.damage(error, line: line, file: lines))"
-            case .success(let (fields, plain)): failure = fields.sealed ? apply(fields, plain: plain, seq: 0) : "a record has no checksum"
+            case .success(let (fields, plain)): failure = fields.sealed ? apply(fields, plain: plain, seq: 0)?.description : "a record has no checksum"
             }
             return failure.map { Failure(line: number, offset: offset, reason: $0, kind: .inconsistent) }
         }
@@ -347,9 +348,9 @@ public struct JournalReplay {
 
     /// Runs one mutation against the state; the reason it failed, or nil. A keyed record also
     /// remembers its outcome, as serving it did.
-    mutating func apply(_ fields: JournalRecord.Fields, seq: UInt64) -> String? {
+    mutating func apply(_ fields: JournalRecord.Fields, seq: UInt64) -> Refusal? {
         switch entry(fields.method) {
-        case .failure(let reason): return fields.method == Self.termMethod ? applyTerm(fields.param, seq: seq) : reason.text
+        case .failure(let reason): return fields.method == Self.termMethod ? applyTerm(fields.param, seq: seq).map(Refusal.init) : Refusal(reason.text)
         case .success(let entry): return apply(fields, seq: seq, entry: entry)
         }
     }
@@ -360,11 +361,11 @@ public struct JournalReplay {
     /// a keyed one writes its reply to a scratch buffer and remembers it with the digest of its
     /// line's bytes. A param that does not decode that way, or a keyed record without that
     /// digest, goes the full way with its value, which decides and words the error.
-    mutating func apply(_ fields: JournalRecord.Fields, plain: PlainObject?, seq: UInt64) -> String? {
+    mutating func apply(_ fields: JournalRecord.Fields, plain: PlainObject?, seq: UInt64) -> Refusal? {
         guard let plain else { return apply(fields, seq: seq) }
         let cached: MethodTable<Entities>.Entry
         switch entry(fields.method) {
-        case .failure(let reason): return fields.method == Self.termMethod ? applyTerm(plain.value, seq: seq) : reason.text
+        case .failure(let reason): return fields.method == Self.termMethod ? applyTerm(plain.value, seq: seq).map(Refusal.init) : Refusal(reason.text)
         case .success(let entry): cached = entry
         }
         guard let key = fields.key else {
@@ -377,7 +378,7 @@ public struct JournalReplay {
             return applyParsed(fields, plain: plain, seq: seq, entry: cached)
         }
         scratch.removeAll(keepingCapacity: true)
-        if let error = call(&state, &scratch) { return "\(cached.method) does not apply: \(error.errorMessage)" }
+        if let error = call(&state, &scratch) { return Refusal(cached.method, error) }
         state.keys.remember(ExactID(key), .init(digest: digest, reply: scratch, seq: seq), now: Self.now())
         applied += 1
         return nil
@@ -385,25 +386,25 @@ public struct JournalReplay {
 
     /// Applies a record parsed ahead: its prepared call, or, without one, the way `apply(_:plain:seq:)`
     /// goes. The reason it failed, or nil.
-    mutating func apply(_ parsed: ParsedLine, fields: JournalRecord.Fields, plain: PlainObject?, seq: UInt64) -> String? {
+    mutating func apply(_ parsed: ParsedLine, fields: JournalRecord.Fields, plain: PlainObject?, seq: UInt64) -> Refusal? {
         guard let call = parsed.prepared else { return apply(fields, plain: plain, seq: seq) }
         // A record prepared ahead names a mutation (its parser looked it up): its name is the method's.
-        if let error = call(&state, &scratch) { return "\(fields.method) does not apply: \(error.errorMessage)" }
+        if let error = call(&state, &scratch) { return Refusal(method: fields.method, error) }
         applied += 1
         return nil
     }
 
     /// Runs a record's call silently, counting it; the reason it failed, or nil.
-    private mutating func run(_ call: MethodTable<Entities>.Prepared, of entry: MethodTable<Entities>.Entry) -> String? {
+    private mutating func run(_ call: MethodTable<Entities>.Prepared, of entry: MethodTable<Entities>.Entry) -> Refusal? {
         // A call prepared `.discarded` writes nothing here.
-        if let error = call(&state, &scratch) { return "\(entry.method) does not apply: \(error.errorMessage)" }
+        if let error = call(&state, &scratch) { return Refusal(entry.method, error) }
         applied += 1
         return nil
     }
 
     /// A plain param that does not decode as the call's fields: the full way, with its value,
     /// which decides and words the error.
-    private mutating func applyParsed(_ fields: JournalRecord.Fields, plain: PlainObject, seq: UInt64, entry: MethodTable<Entities>.Entry) -> String? {
+    private mutating func applyParsed(_ fields: JournalRecord.Fields, plain: PlainObject, seq: UInt64, entry: MethodTable<Entities>.Entry) -> Refusal? {
         var full = fields
         full.param = plain.value
         return apply(full, seq: seq, entry: entry)
@@ -429,13 +430,13 @@ public struct JournalReplay {
         return .success(found)
     }
 
-    private mutating func apply(_ fields: JournalRecord.Fields, seq: UInt64, entry: MethodTable<Entities>.Entry) -> String? {
+    private mutating func apply(_ fields: JournalRecord.Fields, seq: UInt64, entry: MethodTable<Entities>.Entry) -> Refusal? {
         if let key = fields.key {
             switch entry.prepare(fields.param) {
-            case .failure(let error): return "\(entry.method) does not apply: \(error.errorMessage)"
+            case .failure(let error): return Refusal(entry.method, error)
             case .success(let call):
                 var reply: [UInt8] = []
-                if let error = call(&state, &reply) { return "\(entry.method) does not apply: \(error.errorMessage)" }
+                if let error = call(&state, &reply) { return Refusal(entry.method, error) }
                 let digest = IdempotencyKeys.digest(method: entry.method, param: fields.param)
                 state.keys.remember(
                     ExactID(key), .init(digest: digest, reply: reply, seq: seq), now: Self.now())
@@ -444,9 +445,9 @@ public struct JournalReplay {
             return nil
         }
         switch entry.prepare(fields.param, .discarded) {
-        case .failure(let error): return "\(entry.method) does not apply: \(error.errorMessage)"
+        case .failure(let error): return Refusal(entry.method, error)
         case .success(let call):
-            if let error = call(&state, &scratch) { return "\(entry.method) does not apply: \(error.errorMessage)" }
+            if let error = call(&state, &scratch) { return Refusal(entry.method, error) }
         }
         applied += 1
         return nil
@@ -524,6 +525,28 @@ public struct JournalReplay {
 }
 
 /// Why a record's method cannot be replayed, as `Result`'s failure.
+/// Why a record did not apply: its method's handler refused it (`method` set: a file's replay
+/// words it "METHOD does not apply: why", a follower names the record first), or the record
+/// names no mutation, or its term does not follow.
+struct Refusal: CustomStringConvertible {
+    let method: String?
+    let reason: String
+
+    init(_ reason: String) {
+        method = nil
+        self.reason = reason
+    }
+
+    init(method: String, _ error: RPCError) {
+        self.method = method
+        reason = error.errorMessage
+    }
+
+    init(_ method: RPCMethod, _ error: RPCError) { self.init(method: method.description, error) }
+
+    var description: String { method.map { "\($0) does not apply: \(reason)" } ?? reason }
+}
+
 private struct ReasonText: Error {
     let text: String
     init(_ text: String) { self.text = text }

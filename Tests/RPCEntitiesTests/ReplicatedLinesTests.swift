@@ -68,6 +68,10 @@ import RPCSchema
         let diverged = (Self.create(2) + update).withUnsafeBytes { dispatcher.applyReplicated(lines: $0, after: 1, applier: &applier) }
         #expect(diverged.applied == 1 && diverged.lastSeq == 2 && log.bodies.count == 2)
         #expect(diverged.failure?.hasPrefix("record 3 (user.updateUser) does not apply here: ") == true, "\(diverged.failure ?? "no failure")")
+        #expect(diverged.failure?.contains("user.updateUser does not apply") == false, "the method is named once: \(diverged.failure ?? "")")
+        let unknown = Self.line(3, Request(id: "x", method: RPCMethod("user", "frobnicate"), param: ["id": "u2"]))
+        let foreign = unknown.withUnsafeBytes { dispatcher.applyReplicated(lines: $0, after: 2, applier: &applier) }
+        #expect(foreign.applied == 0 && foreign.failure == #"record 3 (user.frobnicate) does not apply here: unknown method "user.frobnicate""#, "\(foreign.failure ?? "no failure")")
         #expect(dispatcher.withState { $0.users.count } == 2)
     }
 
