@@ -71,7 +71,7 @@ public struct ServeOptions: Equatable, Sendable {
     public var coordinator: String?
     /// The members' shared name in the coordinator (`cluster`).
     public var cluster = "rpcd"
-    /// `HOST:PORT` the other members and clients reach this one at (`advertise`; nil: the first listen address).
+    /// `[tls:]HOST:PORT` the other members and clients reach this one at (`advertise`; nil: the first listen address).
     public var advertise: String?
     /// Seconds a member's lease in the coordinator lasts unrenewed (`leader_ttl`).
     public var leaderTTL: Double = 5
@@ -217,8 +217,9 @@ public enum CommandLineParser {
                                    elect the leader through etcd's v3 JSON gateway, and follow it
                                    (default none: a person promotes a follower)
           --cluster NAME           the members' name in etcd, keys under /rpcd/NAME/ (default rpcd)
-          --advertise HOST:PORT    where the other members and clients reach this one (default: the
-                                   first listen address, as bound)
+          --advertise [tls:]HOST:PORT
+                                   where the other members and clients reach this one, over TLS with
+                                   tls: (default: the first listen address, as bound)
           --leader-ttl SECONDS     a member's etcd lease; a leader stops taking writes 2/3 of it after
                                    its last renewal (default 5; \(SettingRanges.describe(seconds: SettingRanges.leaderTTL, zero: nil)))
           --max-failover-lag N     with min-sync-replicas 0: records a follower may lag the most advanced

@@ -91,7 +91,8 @@ enum TLSSettings {
     /// (else the system's trust store), and `tls_cert_file`/`tls_key_file` presented when the
     /// leader asks for a client certificate. nil for a plain leader.
     static func followerOptions(_ options: ServeOptions) -> RPCTLSOptions? {
-        guard options.follow?.hasPrefix(listenPrefix) == true else { return nil }
+        // A coordinated member follows whichever member leads: over TLS when it advertises `tls:`.
+        guard options.follow?.hasPrefix(listenPrefix) == true || options.coordinator != nil else { return nil }
         return RPCTLSOptions(caFile: options.tlsCAFile, certificateFile: options.tlsCertFile, keyFile: options.tlsKeyFile)
     }
 

@@ -277,6 +277,45 @@ struct FailoverTests {
         #expect(run.status == 0 && run.stdout.contains(#""method":"user.createUserResult""#), "\(run)")
     }
 
+    @Test("members that advertise tls:HOST:PORT follow each other over TLS: each verifies the leader with tls_ca_file, and one that does not trust it follows nobody")
+    func membersOverTLS() throws {
+        let certs = try TestCertificates()
+        try certs.otherCA("stranger")
+        let etcd = try EtcdProcess()
+        defer { etcd.stop() }
+        let dirs = (0..<3).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        // Each member listens on plain TCP for this test's probes, and advertises only its TLS port.
+        func member(_ dir: URL, ca: String) throws -> (DaemonProcess, String) {
+            let advertised = "tls:127.0.0.1:\(try freeLoopbackPort())"
+            let daemon = try DaemonProcess(
+                listen: ["127.0.0.1:0", advertised],
+                extraArguments: [
+                    "--coordinator", etcd.coordinator, "--cluster", "t", "--leader-ttl", "2", "--advertise", advertised,
+                    "--tls-cert-file", certs.serverCert, "--tls-key-file", certs.serverKey, "--tls-ca-file", ca,
+                ],
+                dataDir: dir)
+            return (daemon, advertised)
+        }
+        let first = try member(dirs[0], ca: certs.ca)
+        defer { first.0.stop() }
+        #expect(eventually(timeout: TestPace.seconds(15), every: 0.1) { Self.role(first.0) == "leader" }, "\(first.0.stderrTail())")
+        let second = try member(dirs[1], ca: certs.ca)
+        defer { second.0.stop() }
+        let following = eventually(timeout: TestPace.seconds(15), every: 0.1) {
+            Self.role(second.0) == "follower" && (try? Replicas.replication(second.0))?["leader"] as? String == first.1
+        }
+        #expect(following, "the second member follows \(first.1): \((try? Replicas.replication(second.0)).map { "\($0)" } ?? "") \(second.0.stderrTail())")
+        #expect(Self.write(1, to: [first.0], timeout: 10) != nil)
+        #expect(eventually(timeout: TestPace.seconds(10), every: 0.1) { Self.has(second.0, 1) }, "the record reached the member that follows over TLS")
+
+        // A member that does not trust the leader's certificate never follows it.
+        let stranger = try member(dirs[2], ca: certs.path("stranger.pem"))
+        defer { stranger.0.stop() }
+        #expect(stranger.0.stderrEventually(contains: "certificate verify failed", timeout: TestPace.seconds(15)), "\(stranger.0.stderrTail())")
+        #expect(!Self.has(stranger.0, 1), "nothing reached the member that does not trust the leader")
+    }
+
     @Test("coordinator settings: a bad etcd address is a usage error, coordinator with follow fails the start, check-config shows them")
     func settings() throws {
         let rpcd = try Binaries.rpcd()

@@ -56,10 +56,11 @@ extension Daemon {
                 return 2
             }
             etcdEndpoints = EtcdClient.parse(coordinator)
-            // Without `advertise` the others reach this member at its first listen address.
-            if options.advertise == nil, let first = addresses.first, first.isWildcard || first.family == AF_UNIX || isTLS.first == true {
+            // Without `advertise` the others reach this member at its first listen address (over
+            // TLS when that listener is TLS).
+            if options.advertise == nil, let first = addresses.first, first.isWildcard || first.family == AF_UNIX {
                 LogSink.stderr.write(
-                    "rpcd: with a coordinator the other members reach this one at its first listen address, and \(options.listen[0]) is a wildcard, a Unix socket or TLS (members follow each other over plain TCP); set advertise = HOST:PORT\n")
+                    "rpcd: with a coordinator the other members reach this one at its first listen address, and \(options.listen[0]) is a wildcard or a Unix socket; set advertise = HOST:PORT (tls:HOST:PORT for TLS)\n")
                 return 2
             }
         }
@@ -221,7 +222,8 @@ extension Daemon {
                 + "data dir \(options.dataDir), max_connections \(options.maxConnections), idle_timeout \(ConfigValue.render(seconds: options.idleTimeout)) s, "
                 + "\(loopCount) event loop\(loopCount == 1 ? "" : "s"); "
                 + "up to \(fileLimit) open files; SIGTERM or SIGINT stops it, SIGHUP reloads what can be reloaded")
-        coordinator?.start(advertise: options.advertise ?? server.boundAddresses.first.map { "\($0)" } ?? options.listen[0])
+        let firstBound = server.boundAddresses.first.map { (isTLS.first == true ? TLSSettings.listenPrefix : "") + "\($0)" }
+        coordinator?.start(advertise: options.advertise ?? firstBound ?? options.listen[0])
         followers.follower?.start()
         systemd.ready(followers.follower.map { "serving reads; \($0.summary)" } ?? (coordinator != nil ? "serving; waiting for etcd to name a leader" : "serving"))
         systemd.startHeartbeat(server)

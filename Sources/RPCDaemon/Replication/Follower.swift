@@ -91,7 +91,8 @@ final class Follower: @unchecked Sendable {
     /// A record is waiting (the journal is behind, or a snapshot is being installed).
     private var blocked = false
 
-    /// TLS to a `tls:HOST:PORT` leader: its certificate verified before the token is sent.
+    /// TLS to a `tls:HOST:PORT` leader: its certificate verified before the token is sent (a
+    /// leader at a plain `HOST:PORT` is followed over TCP).
     private let tls: RPCTLSOptions?
     /// This daemon's name in a coordinated cluster, sent when it subscribes.
     private let member: String?
@@ -199,7 +200,7 @@ final class Follower: @unchecked Sendable {
             let leader = self.leader
             var options = RPCClientOptions()
             options.credentials = credentials
-            options.tls = tls
+            options.tls = leader.hasPrefix(TLSSettings.listenPrefix) ? tls : nil
             options.connectTimeout = .seconds(5)
             // Whatever line the leader's frame limit lets through (the framer holds at most one).
             options.maxFrameBytes = SettingRanges.maxFrameBytes.upperBound

@@ -9,7 +9,7 @@ import RPCTransport
 /// | `sync_timeout` / `--sync-timeout` | seconds a mutation waits for them before `replicationTimeout` (default 5) |
 /// | `coordinator` / `--coordinator` | `etcd:HOST:PORT[,HOST:PORT…]`: elect the leader through etcd |
 /// | `cluster` / `--cluster` | the members' name in etcd (default `rpcd`) |
-/// | `advertise` / `--advertise` | `HOST:PORT` the others reach this member at (default: the first listen address) |
+/// | `advertise` / `--advertise` | `[tls:]HOST:PORT` the others reach this member at, over TLS with `tls:` (default: the first listen address) |
 /// | `leader_ttl` / `--leader-ttl` | seconds of a member's etcd lease (default 5) |
 /// | `max_failover_lag` / `--max-failover-lag` | records a follower may lag and still be elected (default 10000) |
 enum ReplicationSettings {
@@ -49,8 +49,8 @@ enum ReplicationSettings {
                 options.advertise = nil
                 return nil
             }
-            guard let address = SocketAddress(parsing: value), address.family != AF_UNIX, address.port != 0, !address.isWildcard else {
-                return ConfigValue.Problem("is not a HOST:PORT others can reach (no port 0, no 0.0.0.0 or ::); e.g. 10.0.0.5:7878")
+            guard let address = TLSSettings.parseListen(value)?.address, address.family != AF_UNIX, address.port != 0, !address.isWildcard else {
+                return ConfigValue.Problem("is not a [tls:]HOST:PORT others can reach (no port 0, no 0.0.0.0 or ::); e.g. 10.0.0.5:7878, or tls:10.0.0.5:7879 for TLS")
             }
             options.advertise = value
         case "leader_ttl":
