@@ -37,15 +37,23 @@ public struct SortedIDs: Sendable {
     /// with 16 a search among ids like `b1f2e3d4a-12-000345` read the text of most keys it probed.
     /// 40 bytes, 16 more than the `ExactID` it replaces (whose hash the order does not need: a
     /// page's ids get theirs again as they are read out).
+    ///
+    /// An id of 16 to 24 bytes whose last byte is not NUL is all in its prefix: its length is
+    /// where the prefix's trailing zero bytes start, so the key keeps no text (`string` is empty).
+    /// Such an id is past what a `String` holds inline: its text took a heap block of its own,
+    /// 48 bytes with malloc's, a record. Shorter ids are inline in `string` anyway; longer ones,
+    /// and ones that end in NUL, keep their text. An empty `string` with a zero prefix is the
+    /// empty id, which fits the same rule.
     struct Key: Sendable {
         let high: UInt64
         let middle: UInt64
         let low: UInt64
+        /// The id's text; empty when the prefix holds it all (`isInPrefix`).
         let string: String
 
         init(_ id: ExactID) {
-            (high, middle, low) = id.orderPrefix
-            string = id.string
+            let (high, middle, low) = id.orderPrefix
+            self.init(high: high, middle: middle, low: low, string: id.string)
         }
 
         /// A key that holds no counted reference (an empty string is stored inline): what a split
@@ -57,11 +65,42 @@ public struct SortedIDs: Sendable {
             self.high = high
             self.middle = middle
             self.low = low
-            self.string = string
+            // The length is in the string itself, the last byte in the prefix: no read of the text.
+            let count = string.utf8.count
+            self.string = count >= 16 && count <= 24 && Self.byte(count - 1, high, middle, low) != 0 ? "" : string
+        }
+
+        /// Byte `index` (0 to 23) of a prefix.
+        @inline(__always)
+        private static func byte(_ index: Int, _ high: UInt64, _ middle: UInt64, _ low: UInt64) -> UInt8 {
+            let word = index < 8 ? high : index < 16 ? middle : low
+            return UInt8(truncatingIfNeeded: word >> UInt64((7 - index % 8) * 8))
+        }
+
+        /// The id's text is its prefix (up to its trailing zero bytes), not `string`.
+        var isInPrefix: Bool { string.isEmpty }
+
+        /// The id's text.
+        var text: String {
+            guard isInPrefix else { return string }
+            var words = (high.bigEndian, middle.bigEndian, low.bigEndian)
+            return withUnsafeBytes(of: &words) { bytes in
+                var count = 24
+                while count > 0 && bytes[count - 1] == 0 { count -= 1 }
+                return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[0..<count]), as: UTF8.self)
+            }
         }
 
         /// The id (its hash computed again).
-        var id: ExactID { ExactID(string) }
+        var id: ExactID { ExactID(text) }
+
+        /// Order of two keys with the same prefix: an id held in its prefix is a strict prefix of
+        /// any other id with those 24 bytes (which has more bytes, or ends in NUL), or that id.
+        @inline(__always)
+        static func compareTexts(_ a: String, _ b: String) -> Int {
+            if a.isEmpty || b.isEmpty { return a.isEmpty ? (b.isEmpty ? 0 : -1) : 1 }
+            return ExactUTF8.compare(a, b)
+        }
 
         /// <0, 0 or >0 as `self` sorts before, equal to or after `other`, in byte order.
         @inline(__always)
@@ -69,7 +108,7 @@ public struct SortedIDs: Sendable {
             if high != other.high { return high < other.high ? -1 : 1 }
             if middle != other.middle { return middle < other.middle ? -1 : 1 }
             if low != other.low { return low < other.low ? -1 : 1 }
-            return ExactUTF8.compare(string, other.string)
+            return Self.compareTexts(string, other.string)
         }
 
         /// `compare` for a key read in place in a node's array (borrowed: a copy retained its string,
@@ -79,7 +118,7 @@ public struct SortedIDs: Sendable {
             if key.high != other.high { return key.high < other.high ? -1 : 1 }
             if key.middle != other.middle { return key.middle < other.middle ? -1 : 1 }
             if key.low != other.low { return key.low < other.low ? -1 : 1 }
-            return ExactUTF8.compare(key.string, other.string)
+            return compareTexts(key.string, other.string)
         }
     }
 

@@ -46,15 +46,15 @@ extension SortedIDs {
         return ids.withUnsafeMutableBufferPointer { ids in
             [Key](unsafeUninitializedCapacity: entries.count) { out, written in
                 written = 0
+                var last: (entry: Entry, text: String)?
                 for entry in entries {
-                    if written > 0, out[written - 1].high == entry.high, out[written - 1].middle == entry.middle, out[written - 1].low == entry.low,
-                        ExactUTF8.equal(out[written - 1].string, ids[entry.index].string)
-                    {
+                    if let last, last.entry.samePrefix(as: entry), ExactUTF8.equal(last.text, ids[entry.index].string) {
                         continue  // a repeat: it stays in `ids`, which lets it go
                     }
                     let id = (ids.baseAddress! + entry.index).move()
                     (ids.baseAddress! + entry.index).initialize(to: hole)
                     (out.baseAddress! + written).initialize(to: Key(high: entry.high, middle: entry.middle, low: entry.low, string: id.string))
+                    last = (entry, id.string)
                     written += 1
                 }
             }

@@ -128,6 +128,34 @@ import RPCSchema
         #expect(ids.count == 50_000 && !ids.contains("u1") && ids.contains("u25000x"))
     }
 
+    /// Ids of 16 to 24 bytes live in their key's prefix (no text of their own), unless they end in
+    /// NUL; mixed with ids one byte shorter or longer, ending in NUL, empty, or sharing all 24
+    /// prefix bytes, they sort in byte order and come back byte for byte.
+    @Test func idsHeldInTheirPrefix() {
+        let base = "customer-user-0000000042"  // 24 bytes
+        let b15 = String(base.prefix(15)), b16 = String(base.prefix(16)), b20 = String(base.prefix(20)), b23 = String(base.prefix(23))
+        var texts: [String] = ["", "\u{0}", b15, b16, b16 + "\u{0}", b23 + "\u{E9}", base, base + "\u{0}", base + "x"]
+        texts += [b20, b20 + "\u{0}\u{0}\u{0}\u{0}z", "caf\u{E9}-caf\u{E9}-caf\u{E9}-x"]
+        texts += texts.map { $0 + "1" }
+        let ids = texts.map { ExactID($0) }
+        for id in ids {
+            let count = id.string.utf8.count
+            let inPrefix = count >= 16 && count <= 24 && id.string.utf8.last != 0
+            #expect(SortedIDs.Key(id).isInPrefix == (inPrefix || count == 0), "\(Array(id.string.utf8))")
+            #expect(SortedIDs.Key(id).id == id && SortedIDs.Key(id).text.utf8.elementsEqual(id.string.utf8), "\(Array(id.string.utf8))")
+        }
+        let sorted = Set(ids).sorted()
+        #expect(SortedIDs.sortedUnique(ids + ids).map(\.id) == sorted)
+        var one = SortedIDs()
+        for id in ids.reversed() { one.insert(id) }
+        #expect(one.violation() == nil && one.all == sorted)
+        let after = ExactID(b16)
+        let expected: [ExactID] = Array(sorted.filter { after < $0 }.prefix(2))
+        #expect(one.ids(after: after, limit: 2) == expected)
+        for id in ids { #expect(one.contains(id) && one.remove(id)) }
+        #expect(one.count == 0)
+    }
+
     /// Ids that share their first 8 bytes (a tenant or a run's tag) and differ in any byte after,
     /// up to and past the 24 the bulk sort's radix passes read, with repeats: a bulk sort puts them
     /// in byte order, each once.
