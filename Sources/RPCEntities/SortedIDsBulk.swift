@@ -46,16 +46,19 @@ extension SortedIDs {
         return ids.withUnsafeMutableBufferPointer { ids in
             [Key](unsafeUninitializedCapacity: entries.count) { out, written in
                 written = 0
-                var last: (entry: Entry, text: String)?
-                for entry in entries {
-                    if let last, last.entry.samePrefix(as: entry), ExactUTF8.equal(last.text, ids[entry.index].string) {
+                // The text of the last id kept, only while the next entry shares its prefix (a
+                // repeat is found by it): holding every id's text would touch each string again.
+                var lastText: String?
+                for n in entries.indices {
+                    let entry = entries[n]
+                    if let text = lastText, ExactUTF8.equal(text, ids[entry.index].string) {
                         continue  // a repeat: it stays in `ids`, which lets it go
                     }
                     let id = (ids.baseAddress! + entry.index).move()
                     (ids.baseAddress! + entry.index).initialize(to: hole)
                     (out.baseAddress! + written).initialize(to: Key(high: entry.high, middle: entry.middle, low: entry.low, string: id.string))
-                    last = (entry, id.string)
                     written += 1
+                    lastText = n + 1 < entries.count && entries[n + 1].samePrefix(as: entry) ? id.string : nil
                 }
             }
         }
