@@ -372,7 +372,7 @@ public struct JournalReplay {
             guard case .success(let call)? = cached.preparer(.plain(plain), .discarded) else {
                 return applyParsed(fields, plain: plain, seq: seq, entry: cached)
             }
-            return run(call, of: cached)
+            return run(call, method: fields.method)
         }
         guard let digest = fields.digest, case .success(let call)? = cached.preparer(.plain(plain), .written) else {
             return applyParsed(fields, plain: plain, seq: seq, entry: cached)
@@ -388,16 +388,14 @@ public struct JournalReplay {
     /// goes. The reason it failed, or nil.
     mutating func apply(_ parsed: ParsedLine, fields: JournalRecord.Fields, plain: PlainObject?, seq: UInt64) -> Refusal? {
         guard let call = parsed.prepared else { return apply(fields, plain: plain, seq: seq) }
-        // A record prepared ahead names a mutation (its parser looked it up): its name is the method's.
-        if let error = call(&state, &scratch) { return Refusal(method: fields.method, error) }
-        applied += 1
-        return nil
+        return run(call, method: fields.method)
     }
 
-    /// Runs a record's call silently, counting it; the reason it failed, or nil.
-    private mutating func run(_ call: MethodTable<Entities>.Prepared, of entry: MethodTable<Entities>.Entry) -> Refusal? {
+    /// Runs a record's call silently, counting it; the reason it failed, or nil. `method` is the
+    /// record's, which named the call's entry.
+    private mutating func run(_ call: MethodTable<Entities>.Prepared, method: String) -> Refusal? {
         // A call prepared `.discarded` writes nothing here.
-        if let error = call(&state, &scratch) { return Refusal(entry.method, error) }
+        if let error = call(&state, &scratch) { return Refusal(method: method, error) }
         applied += 1
         return nil
     }
@@ -478,7 +476,7 @@ public struct JournalReplay {
     /// The index of the first `\n` at or after `from`: the C library's `memchr` (vector
     /// instructions; a restart scans a 100 MiB snapshot for them twice, and eight bytes at a time
     /// that was ~3% of it, byte by byte more).
-    static func newline(in bytes: UnsafeRawBufferPointer, from: Int) -> Int? {
+    public static func newline(in bytes: UnsafeRawBufferPointer, from: Int) -> Int? {
         guard from < bytes.count, let base = bytes.baseAddress else { return nil }
         guard let found = crpc_memchr(base + from, Int32(UInt8(ascii: "\n")), UInt(bytes.count - from)) else { return nil }
         return UnsafeRawPointer(found) - base
@@ -524,7 +522,6 @@ public struct JournalReplay {
     }
 }
 
-/// Why a record's method cannot be replayed, as `Result`'s failure.
 /// Why a record did not apply: its method's handler refused it (`method` set: a file's replay
 /// words it "METHOD does not apply: why", a follower names the record first), or the record
 /// names no mutation, or its term does not follow.
@@ -547,6 +544,7 @@ struct Refusal: CustomStringConvertible {
     var description: String { method.map { "\($0) does not apply: \(reason)" } ?? reason }
 }
 
+/// Why a record's method cannot be replayed, as `Result`'s failure.
 private struct ReasonText: Error {
     let text: String
     init(_ text: String) { self.text = text }

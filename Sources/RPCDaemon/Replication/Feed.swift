@@ -113,16 +113,6 @@ final class ReplicationFeed: @unchecked Sendable {
         lock.withLock { snapshotSeq = max(snapshotSeq, seq) }
     }
 
-    /// The index of the first newline at or after `from`, or nil.
-    private static func newline(in bytes: [UInt8], from: Int) -> Int? {
-        bytes.withUnsafeBufferPointer { buffer in
-            guard from < buffer.count, let base = buffer.baseAddress,
-                let found = memchr(base + from, Int32(UInt8(ascii: "\n")), buffer.count - from)
-            else { return nil }
-            return base.distance(to: found.assumingMemoryBound(to: UInt8.self))
-        }
-    }
-
     // MARK: - For subscribers
 
     var sequences: (durable: UInt64, snapshot: UInt64) { lock.withLock { (durable, snapshotSeq) } }
@@ -150,7 +140,7 @@ final class ReplicationFeed: @unchecked Sendable {
             // subscriber that keeps up takes whole batches, every record of them once per subscriber.
             var start = 0
             var skip = from - batch.first
-            while skip > 0, let newline = Self.newline(in: bytes, from: start) {
+            while skip > 0, let newline = bytes.withUnsafeBytes({ JournalReplay.newline(in: $0, from: start) }) {
                 start = newline + 1
                 skip -= 1
             }
@@ -160,7 +150,7 @@ final class ReplicationFeed: @unchecked Sendable {
             var end = start
             var last = from - 1
             while end < bytes.count, last < batch.last {
-                guard let newline = Self.newline(in: bytes, from: end) else { break }
+                guard let newline = bytes.withUnsafeBytes({ JournalReplay.newline(in: $0, from: end) }) else { break }
                 end = newline + 1
                 last += 1
                 if end - start >= maxBytes { break }
