@@ -195,8 +195,14 @@ public final class Listener: @unchecked Sendable {
         guard let owned = ownedPath else { return }
         ownedPath = nil
         var info = stat()
-        if lstat(owned.path, &info) == 0, UInt64(info.st_dev) == owned.device, UInt64(info.st_ino) == owned.inode {
-            _ = unlink(owned.path)
+        guard lstat(owned.path, &info) == 0 else {
+            return onError("socket file \(owned.path) was already gone at close (\(Errno(errno, call: "lstat")))")
+        }
+        guard UInt64(info.st_dev) == owned.device, UInt64(info.st_ino) == owned.inode else {
+            return onError("left \(owned.path) in place: another process replaced this daemon's socket file there")
+        }
+        if unlink(owned.path) == -1 {
+            onError("cannot remove socket file \(owned.path) (\(Errno(errno, call: "unlink"))); remove it by hand")
         }
     }
 

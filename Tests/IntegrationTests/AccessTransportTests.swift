@@ -57,7 +57,28 @@ struct AccessTransportTests {
         #expect(stat(path, &info) == 0 && info.st_mode & 0o777 == 0o660, "mode \(String(info.st_mode & 0o777, radix: 8))")
         daemon.terminate()
         #expect(daemon.waitForExit(timeout: 10) == 0)
-        #expect(!FileManager.default.fileExists(atPath: path), "the socket file is removed on exit")
+        #expect(!FileManager.default.fileExists(atPath: path), "the socket file is removed on exit: \(daemon.stderrTail())")
+    }
+
+    @Test("a socket file another process put in the daemon's place is left there at exit, and the log says so")
+    func unixPathReplaced() throws {
+        let path = Self.tempPath("rpcd.sock")
+        let daemon = try DaemonProcess(listen: ["127.0.0.1:0", "unix:\(path)"], expectedListeners: 1)
+        #expect(daemon.stderrEventually(contains: "listening on unix:\(path)"), "\(daemon.stderrTail())")
+        unlink(path)
+        let other = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(other); unlink(path) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in for (i, b) in path.utf8.enumerated() { raw[i] = b } }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(other, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        #expect(bound == 0)
+        daemon.terminate()
+        #expect(daemon.waitForExit(timeout: 10) == 0)
+        #expect(FileManager.default.fileExists(atPath: path), "the other process's socket file stays")
+        #expect(daemon.stderrEventually(contains: "another process replaced"), "\(daemon.stderrTail())")
     }
 
     @Test("a live socket or a regular file at the path is never replaced")
