@@ -1,5 +1,8 @@
 import Foundation
 import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// `rpcd call` against the real daemon.
 @Suite("rpcd call")
@@ -93,6 +96,41 @@ struct CallCommandTests {
         // Every member a follower: the last readOnly is the answer (exit 1).
         let refused = try call([Replicas.address(follower), "user.createUser", #"{"id":"u2","name":"B","email":"b@example.com"}"#])
         #expect(refused.status == 1 && refused.stdout.contains("readOnly"), "\(refused.stdout)")
+    }
+
+    @Test("a stopped member (SIGSTOP: the kernel still accepts) is left after its share of --timeout for a read or a keyed call, never for an unkeyed mutation")
+    func stoppedMember() throws {
+        let stopped = try DaemonProcess()
+        defer {
+            stopped.signal(SIGCONT)
+            stopped.stop()
+        }
+        let live = try DaemonProcess()
+        defer { live.stop() }
+        stopped.signal(SIGSTOP)
+        let members = "127.0.0.1:\(stopped.port),127.0.0.1:\(live.port)"
+        let silent = "127.0.0.1:\(stopped.port) did not answer in its share of --timeout"
+
+        var started = Date()
+        let created = try call(["--timeout", "4", "--key", "k1", members, "user.createUser", #"{"id":"u1","name":"Ada","email":"ada@example.com"}"#])
+        var elapsed = Date().timeIntervalSince(started)
+        #expect(created.status == 0 && created.stdout.contains("createUserResult"), "\(created.stdout)\(created.stderr)")
+        #expect(created.stderr.contains("\(silent) (stopped or overloaded?); the key makes the retry safe; trying 127.0.0.1:\(live.port)"), "\(created.stderr)")
+        #expect(elapsed >= 1.9 && elapsed < 3.9, "the stopped member had half of 4 s; exited after \(elapsed) s")
+
+        let read = try call(["--timeout", "4", members, "user.getUser", #"{"userId":"u1"}"#])
+        #expect(read.status == 0 && read.stdout.contains("getUserResult"), "\(read.stdout)\(read.stderr)")
+        #expect(read.stderr.contains("\(silent) (stopped or overloaded?); a read is safe to ask again"), "\(read.stderr)")
+
+        // Without a key the stopped member may apply it once it runs again: no second member.
+        started = Date()
+        let unkeyed = try call(["--timeout", "2", members, "user.createUser", #"{"id":"u2","name":"B","email":"b@example.com"}"#])
+        elapsed = Date().timeIntervalSince(started)
+        #expect(unkeyed.status == 2 && unkeyed.stderr.contains("no reply within 2 s"), "\(unkeyed.stderr)")
+        #expect(unkeyed.stderr.contains("not trying 127.0.0.1:\(live.port)") && unkeyed.stderr.contains("run it again with --key"), "\(unkeyed.stderr)")
+        #expect(elapsed >= 1.9, "exited after \(elapsed) s")
+        let absent = try call(["127.0.0.1:\(live.port)", "user.getUser", #"{"userId":"u2"}"#])
+        #expect(absent.status == 1 && absent.stdout.contains("notFound"), "\(absent.stdout)")
     }
 
     @Test("unreachable: refused port, and a peer that never answers, exit 2 within the timeout")

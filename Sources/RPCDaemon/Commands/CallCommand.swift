@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import RPCClient
+import RPCEntities
 import RPCSchema
 import RPCTransport
 
@@ -19,7 +20,8 @@ enum CallCommand {
           ADDRESS       the daemon: HOST:PORT (127.0.0.1:7878), tls:HOST:PORT (TLS) or unix:PATH
                         (unix:/run/rpcd/rpcd.sock); a comma-separated list of members is tried in
                         order, moving on from one that cannot be reached or answers readOnly (a
-                        follower), and, with --key, from one that was lost with the call unanswered
+                        follower), and, for a read or with --key, from one that was lost or silent
+                        through its share of --timeout (each member but the last gets an even share)
           METHOD        entity.method, e.g. user.getUser
           PARAM-JSON    the param object (default {}); - reads it from stdin
           --timeout S   seconds to wait for the connection and the reply together (default \(Int(defaultTimeout));
@@ -194,26 +196,43 @@ enum CallCommand {
     }
 
     /// Tries the addresses in order within one deadline: past one that cannot be reached, that
-    /// answers `readOnly` (a follower), or, when the call has a key (so a second try cannot apply
-    /// it twice), that was lost before it answered. The last member's outcome is the command's.
+    /// answers `readOnly` (a follower), or, when asking again is safe (a read, or a call with a
+    /// key), that was lost or silent before it answered. A member that is not the last gets an even
+    /// share of the time left, so one that is stopped (SIGSTOP: the kernel still accepts) cannot
+    /// spend all of it; without a key a mutation keeps the rest once connected, since a member that
+    /// is slow may still apply it. The last member's outcome is the command's.
     static func perform(_ invocation: Invocation) async -> Result<Request, RPCClientError> {
         let deadline = ContinuousClock.now + Duration.nanoseconds(Int64(invocation.timeout * 1e9))
+        let askAgain: String? =
+            invocation.key != nil
+            ? "the key makes the retry safe"
+            : Entities.table.entry(for: invocation.method)?.isMutation == false ? "a read is safe to ask again" : nil
         var outcome: Result<Request, RPCClientError> = .failure(.connectFailed(address: invocation.address, reason: "no address"))
         for (index, address) in invocation.addresses.enumerated() {
-            outcome = await perform(invocation, at: address, deadline: deadline)
-            guard index + 1 < invocation.addresses.count, ContinuousClock.now < deadline else { break }
+            let left = invocation.addresses.count - index
+            let share = left == 1 ? deadline : ContinuousClock.now + (deadline - ContinuousClock.now) / left
+            outcome = await perform(invocation, at: address, connectBy: share, answerBy: askAgain == nil ? deadline : share)
+            guard left > 1 else { break }
+            let next = invocation.addresses[index + 1]
             let why: String
             switch outcome {
             case .success(let reply) where reply.method == .error && Self.code(of: reply) == RPCErrorCode.readOnly.rawValue:
                 why = "answered readOnly (a follower)"
             case .failure(.connectFailed(_, let reason)):
                 why = "cannot be reached (\(reason))"
-            case .failure(.outcomeUnknown(_, _, _, _, let reason)) where invocation.key != nil:
-                why = "was lost before it answered (\(reason)); the key makes the retry safe"
+            case .failure(.outcomeUnknown(_, _, _, _, let reason)) where askAgain != nil:
+                why = "was lost before it answered (\(reason)); \(askAgain ?? "")"
+            case .failure(.timedOut) where askAgain != nil:
+                why = "did not answer in its share of --timeout (stopped or overloaded?); \(askAgain ?? "")"
+            case .failure(.timedOut), .failure(.outcomeUnknown):
+                LogSink.stderr.write(
+                    "rpcd call: \(address) did not answer; not trying \(next): without --key this mutation may have been applied there and a retry could apply it twice; run it again with --key\n")
+                return outcome
             default:
                 return outcome
             }
-            LogSink.stderr.write("rpcd call: \(address) \(why); trying \(invocation.addresses[index + 1])\n")
+            guard ContinuousClock.now < deadline else { break }
+            LogSink.stderr.write("rpcd call: \(address) \(why); trying \(next)\n")
         }
         return outcome
     }
@@ -224,18 +243,21 @@ enum CallCommand {
         return code
     }
 
-    /// Connects to `address` and calls before `deadline`.
-    static func perform(_ invocation: Invocation, at address: String, deadline: ContinuousClock.Instant) async -> Result<Request, RPCClientError> {
+    /// Connects to `address` (TCP, TLS and `system.auth`) before `connectBy`, then calls and waits
+    /// for the answer until `answerBy`.
+    static func perform(
+        _ invocation: Invocation, at address: String, connectBy: ContinuousClock.Instant, answerBy: ContinuousClock.Instant
+    ) async -> Result<Request, RPCClientError> {
         // `parse` bounds the timeout (30 days at most), so the nanoseconds fit in Int64.
         let timeout = Duration.nanoseconds(Int64(invocation.timeout * 1e9))
         do {
-            let left = max(deadline - ContinuousClock.now, .milliseconds(1))
+            let left = max(connectBy - ContinuousClock.now, .milliseconds(1))
             let options = RPCClientOptions(
                 defaultTimeout: left, connectTimeout: left, credentials: invocation.credentials,
                 tls: address.hasPrefix("tls:") ? invocation.tls : nil)
             let client = try await RPCClient.connect(to: address, options: options)
             defer { client.close() }
-            let remaining = max(deadline - ContinuousClock.now, .milliseconds(1))
+            let remaining = max(answerBy - ContinuousClock.now, .milliseconds(1))
             return .success(try await client.send(invocation.method, param: invocation.param, key: invocation.key, timeout: remaining))
         } catch RPCClientError.timedOut(let method, let id, _) {
             return .failure(.timedOut(method: method, id: id, after: timeout))  // the whole --timeout, not what was left of it
