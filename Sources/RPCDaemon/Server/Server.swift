@@ -505,14 +505,19 @@ final class Server: ConnectionDelegate, @unchecked Sendable {
     /// are closed or after `grace`, whichever comes first.
     func stop(grace: DispatchTimeInterval, done: @escaping @Sendable () -> Void) {
         let once = Once(done)
-        let (listeners, open): ([Listener], [Connection]) = lock.withLock {
+        let listeners = lock.withLock {
             stopping = true
-            onIdleAfterStop = { once.run() }
-            return (self.listeners, Array(connections.values))
+            return self.listeners
         }
         for listener in listeners { listener.close() }
         acceptQueue.sync {}  // the closes ran: no socket file outlives a quick exit
         for state in loopStates { state.stopSweep() }
+        // Armed only now: a connection closing meanwhile must not let `done` exit before the
+        // listeners closed (and left the socket file behind).
+        let open: [Connection] = lock.withLock {
+            onIdleAfterStop = { once.run() }
+            return Array(connections.values)
+        }
         if open.isEmpty { once.run() }
         for connection in open { connection.finish() }
         DispatchQueue.global().asyncAfter(deadline: .now() + grace) { [self] in
