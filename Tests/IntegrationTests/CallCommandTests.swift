@@ -131,6 +131,18 @@ struct CallCommandTests {
         #expect(elapsed >= 1.9, "exited after \(elapsed) s")
         let absent = try call(["127.0.0.1:\(live.port)", "user.getUser", #"{"userId":"u2"}"#])
         #expect(absent.status == 1 && absent.stdout.contains("notFound"), "\(absent.stdout)")
+
+        // Past the stopped member only a follower: its readOnly would say nothing applied the call,
+        // but the stopped member may; the outcome is unknown (exit 2), and stderr says to ask again.
+        let dir = JournalSupport.makeDataDir()
+        defer { JournalSupport.remove(dir) }
+        let follower = try Replicas.follower(of: live, dir)
+        defer { follower.stop() }
+        let unknown = try call(["--timeout", "4", "--key", "k3", "127.0.0.1:\(stopped.port),\(Replicas.address(follower))", "user.createUser", #"{"id":"u3","name":"C","email":"c@example.com"}"#])
+        #expect(unknown.status == 2 && unknown.stdout.isEmpty, "\(unknown.stdout)\(unknown.stderr)")
+        #expect(
+            unknown.stderr.contains("\(Replicas.address(follower)) answered readOnly (a follower), and 127.0.0.1:\(stopped.port) did not answer; run the call again with the same --key to learn its outcome"),
+            "\(unknown.stderr)")
     }
 
     @Test("unreachable: refused port, and a peer that never answers, exit 2 within the timeout")

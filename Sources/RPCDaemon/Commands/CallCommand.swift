@@ -200,7 +200,8 @@ enum CallCommand {
     /// key), that was lost or silent before it answered. A member that is not the last gets an even
     /// share of the time left, so one that is stopped (SIGSTOP: the kernel still accepts) cannot
     /// spend all of it; without a key a mutation keeps the rest once connected, since a member that
-    /// is slow may still apply it. The last member's outcome is the command's.
+    /// is slow may still apply it. The last member's outcome is the command's, unless it turned the
+    /// call away after an earlier one was silent: then the silent one's (unknown) is.
     static func perform(_ invocation: Invocation) async -> Result<Request, RPCClientError> {
         let deadline = ContinuousClock.now + Duration.nanoseconds(Int64(invocation.timeout * 1e9))
         let askAgain: String? =
@@ -208,7 +209,12 @@ enum CallCommand {
             ? "the key makes the retry safe"
             : Entities.table.entry(for: invocation.method)?.isMutation == false ? "a read is safe to ask again" : nil
         var outcome: Result<Request, RPCClientError> = .failure(.connectFailed(address: invocation.address, reason: "no address"))
+        // The first member that was silent: if no later one takes the call, its outcome is the
+        // command's (unknown, exit 2), not a follower's readOnly, which would say nothing applied it.
+        var silent: (address: String, outcome: Result<Request, RPCClientError>)?
+        var tried = invocation.address
         for (index, address) in invocation.addresses.enumerated() {
+            tried = address
             let left = invocation.addresses.count - index
             let share = left == 1 ? deadline : ContinuousClock.now + (deadline - ContinuousClock.now) / left
             outcome = await perform(invocation, at: address, connectBy: share, answerBy: askAgain == nil ? deadline : share)
@@ -216,13 +222,14 @@ enum CallCommand {
             let next = invocation.addresses[index + 1]
             let why: String
             switch outcome {
-            case .success(let reply) where reply.method == .error && Self.code(of: reply) == RPCErrorCode.readOnly.rawValue:
+            case .success(let reply) where Self.isReadOnly(reply):
                 why = "answered readOnly (a follower)"
             case .failure(.connectFailed(_, let reason)):
                 why = "cannot be reached (\(reason))"
             case .failure(.outcomeUnknown(_, _, _, _, let reason)) where askAgain != nil:
                 why = "was lost before it answered (\(reason)); \(askAgain ?? "")"
             case .failure(.timedOut) where askAgain != nil:
+                silent = silent ?? (address, outcome)
                 why = "did not answer in its share of --timeout (stopped or overloaded?); \(askAgain ?? "")"
             case .failure(.timedOut), .failure(.outcomeUnknown):
                 LogSink.stderr.write(
@@ -234,7 +241,26 @@ enum CallCommand {
             guard ContinuousClock.now < deadline else { break }
             LogSink.stderr.write("rpcd call: \(address) \(why); trying \(next)\n")
         }
+        if let silent, let refusal = Self.refusal(outcome) {
+            LogSink.stderr.write(
+                "rpcd call: \(tried) \(refusal), and \(silent.address) did not answer; run the call again\(invocation.key == nil ? "" : " with the same --key") to learn its outcome\n")
+            return silent.outcome
+        }
         return outcome
+    }
+
+    /// How the last member turned the call away without applying it: as a follower, or unreachable.
+    static func refusal(_ outcome: Result<Request, RPCClientError>) -> String? {
+        switch outcome {
+        case .success(let reply): return isReadOnly(reply) ? "answered readOnly (a follower)" : nil
+        case .failure(.connectFailed): return "cannot be reached"
+        default: return nil
+        }
+    }
+
+    /// A follower's `readOnly` answer.
+    static func isReadOnly(_ reply: Request) -> Bool {
+        reply.method == .error && code(of: reply) == RPCErrorCode.readOnly.rawValue
     }
 
     /// An `error.error` reply's code.
