@@ -43,7 +43,8 @@ public final class RPCCluster: @unchecked Sendable {
     public var current: String { members.isEmpty ? "" : members[lock.withLock { state.current }] }
 
     /// `RPCClient.call` on the members in turn (see the type): the first member's answer that is
-    /// neither `readOnly` nor a lost connection, or the last member's error.
+    /// neither `readOnly` nor a lost connection; else the error of the first member that may have
+    /// applied the call (lost or timed out), or the last member's error.
     public func call<C: RPCCall>(_ call: C, key: String? = nil, timeout: CallTimeout = .default) async throws -> C.Output {
         guard !members.isEmpty else { throw RPCClientError.connectFailed(address: "", reason: "the cluster has no members; give at least one address") }
         let key = key ?? (C.isMutation ? options.keyGenerator?.next() : nil)
@@ -54,6 +55,9 @@ public final class RPCCluster: @unchecked Sendable {
             return all.filter { state.suspect[$0] == nil } + all.filter { state.suspect[$0] != nil }
         }
         var lastError: any Error = RPCClientError.connectFailed(address: members[order[0]], reason: "not tried")
+        // A member that may have applied the call (lost or silent): if none after it takes the
+        // call, that is its outcome, not a later follower's readOnly, which says nothing applied it.
+        var unknown: RPCClientError?
         for index in order {
             // A connection kept from an earlier call may have died since: one fresh try, then on.
             for _ in 0..<2 {
@@ -66,6 +70,7 @@ public final class RPCCluster: @unchecked Sendable {
                     return output
                 } catch let error as RPCClientError where Self.movesOn(error, keyed: key != nil || !C.isMutation) {
                     lastError = error
+                    if unknown == nil, Self.mayHaveApplied(error) { unknown = error }
                     guard error.code == nil else { break }  // readOnly: the member is up, and not the leader
                     drop(index)
                     if case .timedOut = error {
@@ -76,7 +81,7 @@ public final class RPCCluster: @unchecked Sendable {
                 }
             }
         }
-        throw lastError
+        throw unknown ?? lastError
     }
 
     /// Closes every member's connection.
@@ -95,6 +100,14 @@ public final class RPCCluster: @unchecked Sendable {
         case .connectFailed, .notSent: return true
         case .server(let code, _, _, _): return code == .readOnly
         case .outcomeUnknown, .connectionClosed, .timedOut: return keyed
+        default: return false
+        }
+    }
+
+    /// Whether the member that failed with `error` may have applied the call (it was sent).
+    static func mayHaveApplied(_ error: RPCClientError) -> Bool {
+        switch error {
+        case .outcomeUnknown, .connectionClosed, .timedOut: return true
         default: return false
         }
     }

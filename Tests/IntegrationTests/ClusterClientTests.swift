@@ -68,6 +68,20 @@ struct ClusterClientTests {
         await #expect(throws: RPCClientError.self) {
             try await unkeyed.call(CreateUser(id: "u2", name: "Bea", email: "bea@example.com"), timeout: .after(.seconds(1)))
         }
+        // Past the stopped member only a follower: the call's outcome is unknown (the stopped
+        // member may apply it), not the follower's readOnly.
+        let dir = JournalSupport.makeDataDir()
+        defer { JournalSupport.remove(dir) }
+        let follower = try Replicas.follower(of: live, dir)
+        defer { follower.stop() }
+        let past = RPCCluster(members: [Replicas.address(stopped), Replicas.address(follower)])
+        defer { past.close() }
+        do {
+            let made = try await past.call(CreateUser(id: "u3", name: "Cy", email: "cy@example.com"), key: "k3", timeout: .after(.seconds(1)))
+            Issue.record("a follower cannot create \(made.id)")
+        } catch let error as RPCClientError {
+            guard case .timedOut = error else { Issue.record("the stopped member's timeout, not: \(error)"); return }
+        }
         stopped.signal(SIGCONT)
         #expect(try JournalSupport.userIDs(port: live.port) == ["u1"], "the unkeyed create went to the stopped member only")
     }
