@@ -14,11 +14,14 @@ final class PipeDrain: @unchecked Sendable {
     /// While set, the thread stops reading (after the read it is in), so the writer's pipe fills.
     private var paused = false
     /// Keep at most this many bytes: the head (where the `listening on` lines are) and the tail.
-    private let cap = 8 << 20
+    private let cap: Int
+    static let defaultCap = 8 << 20
 
     /// Takes ownership of `pipe`'s read end; the thread closes nothing, the Pipe object (kept alive by
-    /// the thread) closes its handles when the thread ends at EOF.
-    init(_ pipe: Pipe) {
+    /// the thread) closes its handles when the thread ends at EOF. Past `cap` bytes the middle is
+    /// dropped (a test that reads all of a large output raises it).
+    init(_ pipe: Pipe, cap: Int = PipeDrain.defaultCap) {
+        self.cap = max(cap, 2 << 20)
         let thread = Thread { [self] in
             let fd = pipe.fileHandleForReading.fileDescriptor
             var chunk = [UInt8](repeating: 0, count: 65536)

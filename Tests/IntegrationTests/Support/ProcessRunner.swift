@@ -13,7 +13,7 @@ struct ProcessOutcome {
 /// Runs `executable arguments` to completion (killed after `timeout` seconds), feeding `stdin`
 /// and collecting stdout and stderr through continuously drained pipes.
 func runProcess(
-    _ executable: URL, _ arguments: [String], stdin: String? = nil, timeout: Double = 10
+    _ executable: URL, _ arguments: [String], stdin: String? = nil, timeout: Double = 10, maxOutputBytes: Int = PipeDrain.defaultCap
 ) throws -> ProcessOutcome {
     _ = ignoreSIGPIPEInTests
     let outPipe = Pipe()
@@ -24,7 +24,7 @@ func runProcess(
         stdout: outPipe.fileHandleForWriting.fileDescriptor, stderr: errPipe.fileHandleForWriting.fileDescriptor)
     try? outPipe.fileHandleForWriting.close()
     try? errPipe.fileHandleForWriting.close()
-    let out = PipeDrain(outPipe)
+    let out = PipeDrain(outPipe, cap: maxOutputBytes)
     let err = PipeDrain(errPipe)
     try? inPipe.fileHandleForReading.close()
     if let stdin {
