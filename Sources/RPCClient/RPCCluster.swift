@@ -96,10 +96,10 @@ public final class RPCCluster: @unchecked Sendable {
     /// Whether a call that failed with `error` may go to the next member: it was not applied
     /// (unreachable, not sent, refused as `readOnly`), or a second try cannot apply it twice.
     static func movesOn(_ error: RPCClientError, keyed: Bool) -> Bool {
+        if mayHaveApplied(error) { return keyed }
         switch error {
         case .connectFailed, .notSent: return true
         case .server(let code, _, _, _): return code == .readOnly
-        case .outcomeUnknown, .connectionClosed, .timedOut: return keyed
         default: return false
         }
     }
