@@ -41,9 +41,17 @@ public struct SortedIDs: Sendable {
     /// An id of 16 to 24 bytes whose last byte is not NUL is all in its prefix: its length is
     /// where the prefix's trailing zero bytes start, so the key keeps no text (`string` is empty).
     /// Such an id is past what a `String` holds inline: its text took a heap block of its own,
-    /// 48 bytes with malloc's, a record. Shorter ids are inline in `string` anyway; longer ones,
-    /// and ones that end in NUL, keep their text. An empty `string` with a zero prefix is the
-    /// empty id, which fits the same rule.
+    /// 48 bytes with malloc's, a record. Shorter ids are inline in `string` anyway, and so are
+    /// ones that end in NUL. An empty `string` with a zero prefix is the empty id, which fits the
+    /// same rule.
+    ///
+    /// An id longer than 24 bytes keeps only its tail in `string`: the bytes from the last
+    /// character boundary at or before byte 24 (`tailStart`). A tail of up to 15 bytes (ids up to
+    /// 36 bytes or more: a UUID) is inline, where the whole text took a heap block, 80 bytes a
+    /// UUID with malloc's, that the key alone kept alive. Except when byte 24 of the prefix
+    /// (index 23) is NUL: then the key keeps the whole text, so that `string` is a tail exactly
+    /// when the prefix's last byte is not NUL. Keys with equal prefixes are therefore of one kind
+    /// (their texts, or their tails from the same boundary) and `compareTexts` orders them.
     struct Key: Sendable {
         let high: UInt64
         let middle: UInt64
@@ -62,12 +70,42 @@ public struct SortedIDs: Sendable {
 
         /// A key whose prefix is known already (a bulk sort computed it).
         init(high: UInt64, middle: UInt64, low: UInt64, string: String) {
+            self.init(high: high, middle: middle, low: low, stored: Self.stored(string, high, middle, low))
+        }
+
+        /// A key whose `string` is what `stored` made of its id's text.
+        init(high: UInt64, middle: UInt64, low: UInt64, stored: String) {
             self.high = high
             self.middle = middle
             self.low = low
+            self.string = stored
+        }
+
+        /// What a key keeps of an id's text (`string`, see the type's comment): nothing, a tail or
+        /// the text.
+        static func stored(_ string: String, _ high: UInt64, _ middle: UInt64, _ low: UInt64) -> String {
             // The length is in the string itself, the last byte in the prefix: no read of the text.
             let count = string.utf8.count
-            self.string = count >= 16 && count <= 24 && Self.byte(count - 1, high, middle, low) != 0 ? "" : string
+            if count > 24 && low & 0xFF != 0 {
+                return ExactUTF8.withBytes(string) { bytes in
+                    String(decoding: UnsafeBufferPointer(rebasing: bytes[Self.tailStart(bytes[24], high, middle, low)...]), as: UTF8.self)
+                }
+            }
+            return count >= 16 && count <= 24 && Self.byte(count - 1, high, middle, low) != 0 ? "" : string
+        }
+
+        /// Where the tail of an id longer than 24 bytes starts: 24, or where the character that
+        /// byte 24 continues starts (21 to 23), so that the tail is text of its own. `byte24` is
+        /// the id's byte 24 when known; nil reads the boundary from the prefix alone (a character's
+        /// first byte gives its length).
+        @inline(__always)
+        static func tailStart(_ byte24: UInt8?, _ high: UInt64, _ middle: UInt64, _ low: UInt64) -> Int {
+            if let byte24, byte24 & 0xC0 != 0x80 { return 24 }
+            var start = 23
+            while start > 20 && byte(start, high, middle, low) & 0xC0 == 0x80 { start -= 1 }
+            let lead = byte(start, high, middle, low)
+            let length = lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4
+            return start + length > 24 ? start : 24
         }
 
         /// Byte `index` (0 to 23) of a prefix.
@@ -80,11 +118,20 @@ public struct SortedIDs: Sendable {
         /// The id's text is its prefix (up to its trailing zero bytes), not `string`.
         var isInPrefix: Bool { string.isEmpty }
 
+        /// Whether `string` is the tail of an id longer than 24 bytes (see the type's comment).
+        var isTail: Bool { !string.isEmpty && low & 0xFF != 0 }
+
         /// The id's text.
         var text: String {
-            guard isInPrefix else { return string }
+            guard isInPrefix || isTail else { return string }
             var words = (high.bigEndian, middle.bigEndian, low.bigEndian)
             return withUnsafeBytes(of: &words) { bytes in
+                if isTail {
+                    let head = UnsafeRawBufferPointer(rebasing: bytes[0..<Self.tailStart(nil, high, middle, low)])
+                    var text = String(decoding: head, as: UTF8.self)
+                    text += string
+                    return text
+                }
                 var count = 24
                 while count > 0 && bytes[count - 1] == 0 { count -= 1 }
                 return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[0..<count]), as: UTF8.self)

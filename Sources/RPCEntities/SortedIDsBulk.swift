@@ -18,47 +18,58 @@ extension SortedIDs {
     }
 
     /// `ids` in byte order without repeats, as keys (each with the prefix it was sorted by).
-    /// Sorted by `orderPrefix`: a radix sort of the first 24 bytes, then comparisons of whole ids
-    /// only where those are shared.
+    /// Sorted by `orderPrefix`: a radix sort of the first 24 bytes, then comparisons of the rest
+    /// (the keys' texts) only where those are shared.
     static func sortedUnique(_ ids: consuming [ExactID]) -> [Key] {
-        var ids = ids
-        var entries = ids.indices.map { i in
-            let prefix = ids[i].orderPrefix
-            return Entry(high: prefix.0, middle: prefix.1, low: prefix.2, index: i)
+        // Each id's prefix, and what its key keeps of its text (`Key.stored`), in input order: the
+        // ids are visited in the order they were made, and a key's tail (an id past 24 bytes) is
+        // cut here, not in sorted order, a cache miss on each id's text. Strings are moved out
+        // of `ids`: a copy retained each.
+        var texts: [String] = []
+        var entries: [Entry] = []
+        texts.reserveCapacity(ids.count)
+        entries.reserveCapacity(ids.count)
+        ids.withUnsafeMutableBufferPointer { ids in
+            let hole = ExactID("")
+            for i in ids.indices {
+                let id = (ids.baseAddress! + i).move()
+                (ids.baseAddress! + i).initialize(to: hole)
+                let prefix = id.orderPrefix
+                entries.append(Entry(high: prefix.0, middle: prefix.1, low: prefix.2, index: i))
+                texts.append(Key.stored(id.string, prefix.0, prefix.1, prefix.2))
+            }
         }
+        ids = []
         Entry.radixSort(&entries)
-        // Entries sharing their first 24 bytes: by whole ids.
+        // Entries sharing their first 24 bytes: by the rest (`Key.compareTexts`).
         var start = 0
         while start < entries.count {
             var end = start + 1
             while end < entries.count && entries[end].samePrefix(as: entries[start]) { end += 1 }
             if end - start > 1 {
-                entries.withUnsafeMutableBufferPointer { buffer in
-                    var run = UnsafeMutableBufferPointer(rebasing: buffer[start..<end])
-                    run.sort { a, b in ids[a.index] < ids[b.index] }
+                texts.withUnsafeBufferPointer { texts in
+                    entries.withUnsafeMutableBufferPointer { buffer in
+                        var run = UnsafeMutableBufferPointer(rebasing: buffer[start..<end])
+                        run.sort { a, b in Key.compareTexts(texts[a.index], texts[b.index]) < 0 }
+                    }
                 }
             }
             start = end
         }
-        // Each id's string moves into its key: a copy retained each string in sorted order, a
-        // cache miss on a string object per id (the ids were made in another order, on another thread).
-        let hole = ExactID("")
-        return ids.withUnsafeMutableBufferPointer { ids in
+        return texts.withUnsafeMutableBufferPointer { texts in
             [Key](unsafeUninitializedCapacity: entries.count) { out, written in
                 written = 0
-                // The text of the last id kept, only while the next entry shares its prefix (a
-                // repeat is found by it): holding every id's text would touch each string again.
-                var lastText: String?
                 for n in entries.indices {
                     let entry = entries[n]
-                    if let text = lastText, ExactUTF8.equal(text, ids[entry.index].string) {
-                        continue  // a repeat: it stays in `ids`, which lets it go
+                    // A repeat: equal to the key kept before it (same prefix, same text); it stays
+                    // in `texts`, which lets it go.
+                    if n > 0 && entry.samePrefix(as: entries[n - 1]) && Key.compareTexts(out[written - 1].string, texts[entry.index]) == 0 {
+                        continue
                     }
-                    let id = (ids.baseAddress! + entry.index).move()
-                    (ids.baseAddress! + entry.index).initialize(to: hole)
-                    (out.baseAddress! + written).initialize(to: Key(high: entry.high, middle: entry.middle, low: entry.low, string: id.string))
+                    let text = (texts.baseAddress! + entry.index).move()
+                    (texts.baseAddress! + entry.index).initialize(to: "")
+                    (out.baseAddress! + written).initialize(to: Key(high: entry.high, middle: entry.middle, low: entry.low, stored: text))
                     written += 1
-                    lastText = n + 1 < entries.count && entries[n + 1].samePrefix(as: entry) ? id.string : nil
                 }
             }
         }

@@ -107,7 +107,7 @@ func run() throws -> Never {
     if let users = options.listAfterInsert { runListAfterInsert(users: users) }
     if let seconds = options.connectRate, let binary = options.spawn { try runConnectRate(seconds: seconds, binary: binary) }
     if let records = options.catchUp, let binary = options.spawn { try runCatchUp(records: records, binary: binary) }
-    if let records = options.memory, let binary = options.spawn { try runMemory(records: records, binary: binary) }
+    if let records = options.memory, let binary = options.spawn { try runMemory(records: records, uuidIDs: options.uuidIDs, binary: binary) }
     // MARK: - Idle connections
 
     if let idle = options.idle, let binary = options.spawn {

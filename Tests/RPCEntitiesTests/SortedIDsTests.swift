@@ -21,14 +21,16 @@ import RPCSchema
     /// sharing their first 16 bytes (compared past the eight-byte words), some with zero bytes
     /// (an id that is another plus a zero byte sorts right after it).
     static func id(_ n: Int) -> ExactID {
-        switch n % 7 {
+        switch n % 8 {
         case 0: return ExactID("u\(n)")
         case 1: return ExactID("caf\u{E9}\(n)")
         case 2: return ExactID("cafe\u{301}\(n)")
         case 3: return ExactID("a-shared-prefix-\(n)")
         case 4: return ExactID("z\u{0}\(n % 3 == 0 ? "" : "\u{0}")\(n)")
         case 5: return ExactID("a-shared-prefix-\(n / 10)\(n % 2 == 0 ? "" : "\u{0}")")
-        default: return ExactID("\(n)\u{212A}")
+        case 6: return ExactID("\(n)\u{212A}")
+        // Longer than 24 bytes (a tail in the key), with a character across byte 24 or not.
+        default: return ExactID(String(repeating: "x", count: n % 5) + "longer-than-24-bytes-\u{20AC}\u{1F600}\(n % 97)")
         }
     }
 
@@ -136,6 +138,11 @@ import RPCSchema
         let b15 = String(base.prefix(15)), b16 = String(base.prefix(16)), b20 = String(base.prefix(20)), b23 = String(base.prefix(23))
         var texts: [String] = ["", "\u{0}", b15, b16, b16 + "\u{0}", b23 + "\u{E9}", base, base + "\u{0}", base + "x"]
         texts += [b20, b20 + "\u{0}\u{0}\u{0}\u{0}z", "caf\u{E9}-caf\u{E9}-caf\u{E9}-x"]
+        // Longer than 24 bytes: a UUID; NUL as byte 24; a character of 2, 3 or 4 bytes across byte 24.
+        texts += ["8f14e45f-ceea-467a-9b4f-5d2c8e1a7b3c", b23 + "\u{0}tail", b23 + "\u{0}", base + "\u{0}x"]
+        for head in [b20, b20 + "-", b20 + "--", b23] {
+            texts += [head + "\u{E9}tail", head + "\u{20AC}tail", head + "\u{1F600}tail", head + "\u{1F600}", head + "\u{1F600}\u{0}"]
+        }
         texts += texts.map { $0 + "1" }
         let ids = texts.map { ExactID($0) }
         for id in ids {
@@ -143,7 +150,12 @@ import RPCSchema
             let inPrefix = count >= 16 && count <= 24 && id.string.utf8.last != 0
             #expect(SortedIDs.Key(id).isInPrefix == (inPrefix || count == 0), "\(Array(id.string.utf8))")
             #expect(SortedIDs.Key(id).id == id && SortedIDs.Key(id).text.utf8.elementsEqual(id.string.utf8), "\(Array(id.string.utf8))")
+            // Past 24 bytes the key keeps a tail (short ones inline), unless byte 24 is NUL.
+            let tail = count > 24 && Array(id.string.utf8)[23] != 0
+            #expect(SortedIDs.Key(id).isTail == tail, "\(Array(id.string.utf8))")
+            if tail { #expect(SortedIDs.Key(id).string.utf8.count <= count - 21, "\(Array(id.string.utf8))") }
         }
+        #expect(SortedIDs.Key(ExactID("8f14e45f-ceea-467a-9b4f-5d2c8e1a7b3c")).string == "5d2c8e1a7b3c")
         let sorted = Set(ids).sorted()
         #expect(SortedIDs.sortedUnique(ids + ids).map(\.id) == sorted)
         var one = SortedIDs()
