@@ -7,13 +7,10 @@ import Glibc
 /// the shape `{"id":"user-00000001","name":"Person 1","email":"person1@example.com"}`; a Redis
 /// without persistence takes the same data as hashes (`HSET user:ID id … name … email …`, which
 /// Redis keeps listpack-encoded). Each one's RSS growth over N is its bytes per record. With
-/// `uuidIDs` the ids are UUIDs (`8f14e45f-ceea-467a-9b4f-00000000002a`: random-looking, 36 bytes).
+/// `uuidIDs` the ids are UUIDs (`uuidID`).
 func runMemory(records: Int, uuidIDs: Bool, binary: String) throws -> Never {
     func user(_ n: Int) -> (id: String, name: String, email: String) {
-        let id = uuidIDs
-            ? String(format: "%08x-%04x-4%03x-9%03x-%012x", UInt32(truncatingIfNeeded: n &* 2_654_435_761), n & 0xFFFF, n % 4096, (n / 7) % 4096, n)
-            : String(format: "user-%08d", n)
-        return (id, "Person \(n)", "person\(n)@example.com")
+        (uuidIDs ? uuidID(n) : String(format: "user-%08d", n), "Person \(n)", "person\(n)@example.com")
     }
     func settledRSS(_ read: () -> Int) -> Int {
         Thread.sleep(forTimeInterval: 1)

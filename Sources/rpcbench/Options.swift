@@ -41,7 +41,7 @@ struct Options {
     var catchUp: Int?
     /// `--memory N`: bytes per record of N users, rpcd against Redis hashes.
     var memory: Int?
-    /// `--uuid-ids`: `--memory`'s users have UUIDs for ids.
+    /// `--uuid-ids`: `--memory`'s and `--recovery`'s users have UUIDs for ids.
     var uuidIDs = false
 
     static let usage = """
@@ -82,7 +82,7 @@ struct Options {
                              empty until in sync (against the restart), and one restarted N/5 records behind
                              (records/s, against the leader's create rate)
           --memory N         N users into a spawned daemon and into Redis (hashes): RSS bytes per record
-          --uuid-ids         with --memory: the users' ids are UUIDs (36 bytes) instead of user-00000001
+          --uuid-ids         with --memory or --recovery: the users' ids are UUIDs (36 bytes, in no order)
           --idle N           open N idle connections to a spawned daemon, report its RSS per connection
           --recovery N       write N mutations, stop the daemon, time its restart until "listening on"
           --in-process N     no sockets: run N requests of the workload through the dispatcher on this thread
@@ -173,7 +173,9 @@ struct Options {
             }
         }
         if options.connect == nil && options.spawn == nil && options.inProcess == nil && options.listAfterInsert == nil { throw UsageError("give --connect HOST:PORT or --spawn PATH_TO_RPCD") }
-        if options.uuidIDs && options.memory == nil { throw UsageError("--uuid-ids shapes --memory's users; give it with --memory N") }
+        if options.uuidIDs && options.memory == nil && options.recovery == nil {
+            throw UsageError("--uuid-ids shapes the users of --memory and --recovery; give it with one of them")
+        }
         if (options.idle != nil || options.recovery != nil) && options.spawn == nil {
             throw UsageError("--idle and --recovery need --spawn PATH_TO_RPCD (they measure the daemon's process)")
         }

@@ -96,10 +96,17 @@ private func isErrorReply(_ line: ArraySlice<UInt8>) -> Bool {
 
 private let errorMethod = Array(#""method":"error.error""#.utf8)
 
-func createUsersLines(_ count: Int, prefix: String) -> [[UInt8]] {
+func createUsersLines(_ count: Int, prefix: String, uuidIDs: Bool = false) -> [[UInt8]] {
     (0..<count).map { i in
-        Array((#"{"id":"p\#(i)","method":"user.createUser","param":{"id":"\#(prefix)\#(i)","name":"Bench","email":"bench@example.com"}}"# + "\n").utf8)
+        let id = uuidIDs ? uuidID(i) : "\(prefix)\(i)"
+        return Array((#"{"id":"p\#(i)","method":"user.createUser","param":{"id":"\#(id)","name":"Bench","email":"bench@example.com"}}"# + "\n").utf8)
     }
+}
+
+/// Record `n`'s id for `--uuid-ids`: a UUID's shape, 36 bytes, its first ones scattered (ids that
+/// do not come in order).
+func uuidID(_ n: Int) -> String {
+    String(format: "%08x-%04x-4%03x-9%03x-%012x", UInt32(truncatingIfNeeded: n &* 2_654_435_761), n & 0xFFFF, n % 4096, (n / 7) % 4096, n)
 }
 
 func run() throws -> Never {
@@ -150,7 +157,7 @@ func run() throws -> Never {
         let dataDir = freshDataDir()
         let writer = try SpawnedDaemon(binary: binary, dataDir: dataDir, extraArguments: options.fsync == nil ? ["--fsync", "none"] : spawnArguments())
         let started = Date()
-        let errors = try pipeline(host: "127.0.0.1", port: writer.port, lines: createUsersLines(mutations, prefix: "r"))
+        let errors = try pipeline(host: "127.0.0.1", port: writer.port, lines: createUsersLines(mutations, prefix: "r", uuidIDs: options.uuidIDs))
         let writeSeconds = Date().timeIntervalSince(started)
         writer.stop()
         let journalBytes = (try? FileManager.default.subpathsOfDirectory(atPath: dataDir))?.reduce(0) { total, name in
@@ -158,7 +165,7 @@ func run() throws -> Never {
         } ?? 0
         let restarted = try SpawnedDaemon(binary: binary, dataDir: dataDir, extraArguments: [])
         let seconds = restarted.startSeconds
-        let check = try pipeline(host: "127.0.0.1", port: restarted.port, lines: [Array((#"{"id":"x","method":"user.getUser","param":{"userId":"r\#(mutations - 1)"}}"# + "\n").utf8)])
+        let check = try pipeline(host: "127.0.0.1", port: restarted.port, lines: [Array((#"{"id":"x","method":"user.getUser","param":{"userId":"\#(options.uuidIDs ? uuidID(mutations - 1) : "r\(mutations - 1)")"}}"# + "\n").utf8)])
         restarted.kill()
         Cleanup.removeDirectory(dataDir)
         print("mutations written  \(mutations) in \(String(format: "%.2f", writeSeconds)) s (\(errors) errors)")

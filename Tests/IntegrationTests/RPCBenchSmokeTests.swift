@@ -70,6 +70,23 @@ import Glibc
         let result = outcome.stdout.split(separator: "\n").first { $0.hasPrefix("RESULT target=rpcd memory_records=20000 ") } ?? ""
         let bytes = result.split(separator: " ").first { $0.hasPrefix("bytes_per_record=") }.flatMap { Int($0.dropFirst("bytes_per_record=".count)) }
         #expect(result.hasSuffix(" errors=0") && (bytes ?? 0) > 50, "\(outcome.stdout)")
+        let uuids = try temp.runBench(["--spawn", try Binaries.rpcd().path, "--memory", "20000", "--uuid-ids"], timeout: 120)
+        #expect(uuids.status == 0 && uuids.stdout.contains(#"users {"id":"9e3779b1-0001-4001-9000-000000000001","#), "\(uuids.stdout)\(uuids.stderr)")
+        #expect(temp.rpcbenchEntries() == before, "rpcbench left its directories behind")
+    }
+
+    @Test("rpcbench --recovery, with UUIDs for ids: the restarted daemon has the last record written")
+    func recovery() throws {
+        let temp = try BenchTemp()
+        defer { temp.remove() }
+        let before = temp.rpcbenchEntries()
+        for shape in [[], ["--uuid-ids"]] {
+            let outcome = try temp.runBench(["--spawn", try Binaries.rpcd().path, "--recovery", "5000"] + shape, timeout: 120)
+            #expect(outcome.status == 0, "rpcbench \(shape) failed: \(outcome.stdout)\(outcome.stderr)")
+            #expect(outcome.stdout.contains("last record present after restart: yes") && outcome.stdout.contains("RESULT recovery=5000 "), "\(outcome.stdout)")
+        }
+        let misplaced = try temp.runBench(["--spawn", try Binaries.rpcd().path, "--uuid-ids"], timeout: 30)
+        #expect(misplaced.status == 2 && misplaced.stderr.contains("--uuid-ids shapes the users of --memory and --recovery"), "\(misplaced.stderr)")
         #expect(temp.rpcbenchEntries() == before, "rpcbench left its directories behind")
     }
 
