@@ -34,6 +34,23 @@ public struct JournalReplay {
     /// Where a big file's lines are parsed a chunk ahead (`forEachLine(_:parsedBy:…)`); nil: on
     /// the replaying thread, in turn.
     public var parsesAheadOn: ThreadStarter?
+    /// Between `holdOrder` and `releaseOrder`: the ids of every file replayed are put in order
+    /// once, at the release, not at the end of each file (a merge of the journal's ids into the
+    /// snapshot's, and a second build of the index).
+    private var holdsOrder = false
+
+    /// The files replayed from now until `releaseOrder` put their ids in order once, at the
+    /// release (a restart: the snapshot, then the journals).
+    public mutating func holdOrder() {
+        state.deferOrder()
+        holdsOrder = true
+    }
+
+    /// Puts the ids replayed since `holdOrder` in order.
+    public mutating func releaseOrder() {
+        holdsOrder = false
+        state.restoreOrder()
+    }
 
     public init(state: Entities = Entities(), table: MethodTable<Entities> = Entities.table) {
         self.state = state
@@ -104,7 +121,7 @@ public struct JournalReplay {
     /// `replayJournal`, its lines parsed ahead in chunks of `chunkBytes` (`forEachLine(_:parsedBy:chunkBytes:_:)`).
     mutating func replayJournal(_ bytes: UnsafeRawBufferPointer, chunkBytes: Int) -> Result<FileOutcome, Failure> {
         state.deferOrder()
-        defer { state.restoreOrder() }
+        defer { if !holdsOrder { state.restoreOrder() } }
         var outcome = FileOutcome()
         var seals = SealRule()
         var previous: UInt64?
@@ -172,7 +189,7 @@ public struct JournalReplay {
     /// `replaySnapshot`, its lines parsed ahead in chunks of `chunkBytes` (`forEachLine(_:parsedBy:chunkBytes:_:)`).
     mutating func replaySnapshot(_ bytes: UnsafeRawBufferPointer, chunkBytes: Int) -> Result<FileOutcome, Failure> {
         state.deferOrder()
-        defer { state.restoreOrder() }
+        defer { if !holdsOrder { state.restoreOrder() } }
         let counts = JournalSnapshot.recordCounts(bytes)
         state.users.reserveCapacity(adding: counts.users)
         state.buildings.reserveCapacity(adding: counts.buildings)

@@ -208,6 +208,9 @@ public struct Records<Record: StoredRecord>: Sendable {
 
     public var count: Int { order.count + unordered.count }
 
+    /// Ids inserted while the order is deferred and not yet in it (tests).
+    var idsAwaitingOrder: Int { unordered.count }
+
     @inline(__always)
     /// From the id's own seeded hash. Each shard's dictionary hashes with a seed of its own
     /// storage's, so ids that share these bits still spread over its buckets.

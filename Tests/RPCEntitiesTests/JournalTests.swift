@@ -271,6 +271,34 @@ struct JournalTests {
         #expect(throws: JournalReplay.Failure.self) { try cut.withUnsafeBytes { partial.replaySnapshot($0) }.get() }
     }
 
+    @Test("a restart's snapshot and journals put their ids in order once, at the end; a removal on the way finds its id")
+    func restartOrdersOnce() throws {
+        var source = JournalReplay()
+        _ = try replay((0..<300).map { create("s\((7 * $0) % 300)", seq: UInt64($0 + 1)) }.joined(), into: &source).get()
+        var snapshot = JournalSnapshot.header(seq: source.lastSeq, records: JournalSnapshot.recordCount(source.state))
+        JournalSnapshot.encodeRecords(source.state, chunkBytes: 256) { snapshot += $0 }
+        var journal = (0..<100).map { create("j\((13 * $0) % 100)", seq: UInt64(301 + $0)) }.joined()
+        journal += line(Request(id: "d", method: DeleteUser.method, param: ["userId": "s150"]), seq: 401)
+        journal += create("a-last", seq: 402)
+
+        var restart = JournalReplay()
+        restart.holdOrder()
+        _ = try snapshot.withUnsafeBytes { restart.replaySnapshot($0) }.get()
+        #expect(restart.state.users.idsAwaitingOrder == 300, "the snapshot's ids were put in order before the journal")
+        _ = try replay(journal, into: &restart).get()
+        // The removal put the ids before it in order (to find s150); the one after it waits.
+        #expect(restart.state.users.idsAwaitingOrder == 1)
+        restart.releaseOrder()
+        #expect(restart.state.users.idsAwaitingOrder == 0)
+        let expected = ((0..<300).filter { $0 != 150 }.map { "s\($0)" } + (0..<100).map { "j\($0)" } + ["a-last"]).sorted { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }
+        #expect(restart.state.users.page(after: nil, limit: nil).records.map(\.id) == expected)
+
+        // Without holding, each file puts its ids in order as it ends.
+        var plain = JournalReplay()
+        _ = try snapshot.withUnsafeBytes { plain.replaySnapshot($0) }.get()
+        #expect(plain.state.users.idsAwaitingOrder == 0 && plain.state.users.count == 300)
+    }
+
     @Test("snapshot lines are written directly, byte for byte the sealed canonical request lines (escapes, non-ASCII, empty residents) and key lines")
     func snapshotLinesAreCanonical() throws {
         var source = JournalReplay()

@@ -60,6 +60,7 @@ struct Recovery {
         if mode == .start { try? FileIO.unlink(files.snapshotTemp) }  // a compaction that never got to its rename
         var replay = JournalReplay()
         replay.parsesAheadOn = Self.parseAhead
+        replay.holdOrder()
         var snapshotBytes = 0
         var outcomes: [(path: String, outcome: JournalReplay.FileOutcome)] = []
         if let bytes = try read(files.snapshot, mode) {
@@ -95,6 +96,7 @@ struct Recovery {
                 }
             }
         }
+        replay.releaseOrder()
         return Recovery(
             state: replay.state, lastSeq: replay.lastSeq, records: replay.applied, snapshotBytes: snapshotBytes,
             unfinishedCompaction: unfinished, files: outcomes, snapshotSeq: replay.snapshotSeq)
