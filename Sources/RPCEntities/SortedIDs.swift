@@ -283,6 +283,10 @@ extension SortedIDs.Node {
             let i = SortedIDs.lowerBound(keys, id)
             // Compared in place: `keys[i]` copied the key (a retain and a release of its id).
             if i < keys.count && keys.withUnsafeBufferPointer({ SortedIDs.Key.compare($0[i], id) }) == 0 { return (false, nil) }
+            // A full array grows to at most what a leaf holds before it splits: doubling gave a
+            // bulk-built leaf (3/4 full, no room) 384 slots at its first insert, 1.5 times the most
+            // it ever holds, and after a restart that was most leaves.
+            if keys.count == keys.capacity { keys.reserveCapacity(Swift.min(Swift.max(keys.count * 2, 8), capacity + 1)) }
             keys.insert(id, at: i)
             guard keys.count > SortedIDs.leafCapacity else { return (true, nil) }
             // An id past all of the leaf's splits off alone: ids that come in order (a counter, a

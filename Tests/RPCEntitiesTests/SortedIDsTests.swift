@@ -110,6 +110,23 @@ import RPCSchema
         #expect(key.id == ExactID("a-shared-prefix-and-more") && key.id.fingerprint == ExactID("a-shared-prefix-and-more").fingerprint)
     }
 
+    /// A bulk-built index (a restart: leaves 3/4 full, no room) that then takes ids in no order
+    /// grows each leaf to what it holds before a split, not to twice its count.
+    @Test func leavesGrowToTheirCapacityAfterABulkBuild() {
+        func uuid(_ n: Int) -> ExactID {
+            ExactID(String(format: "%08x-%04x-4%03x-9%03x-%012x", UInt32(truncatingIfNeeded: n &* 2_654_435_761), n & 0xFFFF, n % 4096, (n / 7) % 4096, n))
+        }
+        var ids = SortedIDs()
+        ids.insert(contentsOf: (0..<50_000).map(uuid))
+        for n in 50_000..<60_000 { ids.insert(uuid(n)) }
+        func leaves(_ node: SortedIDs.Node) -> [SortedIDs.Node] { node.isLeaf ? [node] : node.children.flatMap(leaves) }
+        let all = leaves(ids.root)
+        let slots = all.reduce(0) { $0 + $1.keys.capacity }
+        #expect(ids.violation() == nil && ids.count == 60_000)
+        #expect(all.allSatisfy { $0.keys.capacity <= SortedIDs.leafCapacity + 8 }, "a leaf of \(all.map(\.keys.capacity).max() ?? 0) slots")
+        #expect(slots < 60_000 * 6 / 5, "\(slots) slots for 60,000 ids")
+    }
+
     /// After a copy (compaction's snapshot), one insert copies the nodes on its path, not the index.
     @Test func aCopyThenOneInsertSharesEveryOtherLeaf() {
         var ids = SortedIDs()
