@@ -56,24 +56,21 @@ public struct SortedIDs: Sendable {
         let high: UInt64
         let middle: UInt64
         let low: UInt64
-        /// The id's text; empty when the prefix holds it all (`isInPrefix`).
+        /// What the key keeps of the id's text (`stored`): nothing when the prefix holds it all
+        /// (`isInPrefix`), its tail past the prefix (`isTail`), or the whole text.
         let string: String
 
         init(_ id: ExactID) {
             let (high, middle, low) = id.orderPrefix
-            self.init(high: high, middle: middle, low: low, string: id.string)
+            self.init(high: high, middle: middle, low: low, stored: Self.stored(id.string, high, middle, low))
         }
 
         /// A key that holds no counted reference (an empty string is stored inline): what a split
         /// leaves in the slots it moved keys out of, before they are dropped.
-        static var placeholder: Key { Key(high: 0, middle: 0, low: 0, string: "") }
+        static var placeholder: Key { Key(high: 0, middle: 0, low: 0, stored: "") }
 
-        /// A key whose prefix is known already (a bulk sort computed it).
-        init(high: UInt64, middle: UInt64, low: UInt64, string: String) {
-            self.init(high: high, middle: middle, low: low, stored: Self.stored(string, high, middle, low))
-        }
-
-        /// A key whose `string` is what `stored` made of its id's text.
+        /// A key whose prefix is known already and whose `string` is what `stored` made of its
+        /// id's text (a bulk sort computed both).
         init(high: UInt64, middle: UInt64, low: UInt64, stored: String) {
             self.high = high
             self.middle = middle

@@ -98,10 +98,12 @@ private let errorMethod = Array(#""method":"error.error""#.utf8)
 
 func createUsersLines(_ count: Int, prefix: String, uuidIDs: Bool = false) -> [[UInt8]] {
     (0..<count).map { i in
-        let id = uuidIDs ? uuidID(i) : "\(prefix)\(i)"
-        return Array((#"{"id":"p\#(i)","method":"user.createUser","param":{"id":"\#(id)","name":"Bench","email":"bench@example.com"}}"# + "\n").utf8)
+        Array((#"{"id":"p\#(i)","method":"user.createUser","param":{"id":"\#(userID(i, prefix: prefix, uuid: uuidIDs))","name":"Bench","email":"bench@example.com"}}"# + "\n").utf8)
     }
 }
+
+/// The id `createUsersLines` gives user `i`.
+func userID(_ i: Int, prefix: String, uuid: Bool) -> String { uuid ? uuidID(i) : "\(prefix)\(i)" }
 
 /// Record `n`'s id for `--uuid-ids`: a UUID's shape, 36 bytes, its first ones scattered (ids that
 /// do not come in order).
@@ -165,7 +167,7 @@ func run() throws -> Never {
         } ?? 0
         let restarted = try SpawnedDaemon(binary: binary, dataDir: dataDir, extraArguments: [])
         let seconds = restarted.startSeconds
-        let check = try pipeline(host: "127.0.0.1", port: restarted.port, lines: [Array((#"{"id":"x","method":"user.getUser","param":{"userId":"\#(options.uuidIDs ? uuidID(mutations - 1) : "r\(mutations - 1)")"}}"# + "\n").utf8)])
+        let check = try pipeline(host: "127.0.0.1", port: restarted.port, lines: [Array((#"{"id":"x","method":"user.getUser","param":{"userId":"\#(userID(mutations - 1, prefix: "r", uuid: options.uuidIDs))"}}"# + "\n").utf8)])
         restarted.kill()
         Cleanup.removeDirectory(dataDir)
         print("mutations written  \(mutations) in \(String(format: "%.2f", writeSeconds)) s (\(errors) errors)")
