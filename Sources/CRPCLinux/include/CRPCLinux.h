@@ -1,10 +1,11 @@
 // The Linux system headers that Swift's Glibc module leaves out (swift-nio's CNIOLinux does the
-// same): the event loop's epoll set (and epoll_pwait2's nanosecond timeout), its thread's name (prctl), and getrandom(2) for tokens. Glibc's own declarations, no
+// same): the event loop's epoll set (and epoll_pwait2's nanosecond timeout), its thread's name (prctl), getrandom(2) for tokens, and malloc_trim(3). Glibc's own declarations, no
 // other library. And the CPU's CRC-32C instruction, for the journal's checksums (CRPCCRC32C.h), a prefetch hint, and an event loop's wake flag (CRPCWakeFlag.h).
 #ifndef CRPCLINUX_H
 #define CRPCLINUX_H
 #ifdef __linux__
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
@@ -59,6 +60,10 @@ void crpc_condition_unlock(crpc_condition *condition);
 /// Waits with the lock held; holds it again on return (spurious wake-ups happen: loop on the state).
 void crpc_condition_wait(crpc_condition *condition);
 void crpc_condition_broadcast(crpc_condition *condition);
+
+/// Gives the kernel back the pages of the heap's free blocks, in every arena (malloc_trim(3)):
+/// glibc returns only the top of each heap by itself. 1 if any memory went back.
+static inline int crpc_release_free_heap(void) { return malloc_trim(0); }
 
 /// Names the calling thread (what `top -H`, `perf` and `/proc/PID/task/*/comm` show); the kernel
 /// keeps the first 15 bytes.

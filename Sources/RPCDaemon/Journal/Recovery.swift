@@ -231,6 +231,7 @@ extension Daemon {
                 directory: directory, policy: options.fsync, lastSeq: recovery.lastSeq,
                 snapshotBytes: recovery.snapshotBytes, snapshotSeq: recovery.snapshotSeq ?? 0, compactAfterBytes: options.compactAfterBytes,
                 groupCommitDelay: options.groupCommitDelay, log: log)
+            Heap.releaseFreed()  // before the listeners: nothing else allocates yet
             return (recovery.state, journal)
         } catch {
             log.error("cannot open the journal in \(directory.path): \(error)")

@@ -492,6 +492,8 @@ final class Follower: @unchecked Sendable {
                     leaderSequence = max(leaderSequence ?? 0, seq)
                 }
                 log.info("caught up through a snapshot at sequence \(seq) (\(records) records)")
+                // The previous state and the snapshot's buffers are freed: off this queue, which applies on.
+                DispatchQueue.global(qos: .utility).async { Heap.releaseFreed() }
                 // Acknowledged like a record: with nothing after it, the leader learns this way
                 // that the follower holds everything through `seq` (and may count it as in sync).
                 var ack: [UInt8] = []
