@@ -186,10 +186,12 @@ final class LagSampler: @unchecked Sendable {
 /// returns the errors (lag not sampled, followers that did not catch up).
 func printFollowerFigures(
     _ lag: LagSampler.Figures, catchUp: (milliseconds: Int, sequence: Int)?, followers: Int, leaderPort: Int, writesPerSecond: Int,
-    cpuPercent: Double
+    batchRecords: Double?, cpuPercent: Double
 ) -> Int {
-    // Group commit: about as many writes share an fsync as arrive while one runs.
+    // Group commit: about as many writes share an fsync as arrive while one runs, when fsyncs run
+    // back to back; at a rate the writer idles between them, and the journal's own count says it.
     let batch = Int((Double(writesPerSecond) * lag.meanFsyncMicroseconds / 1e6).rounded())
+    let measured = batchRecords.map { Int($0.rounded()) }
     if followers > 0 {
         print("followers   \(followers) (rpcd serve --follow 127.0.0.1:\(leaderPort), each with its own data directory)")
         print("follower CPU \(String(format: "%.0f", cpuPercent))% of one core, all together")
@@ -197,7 +199,8 @@ func printFollowerFigures(
         print("followers   0")
     }
     if lag.meanFsyncMicroseconds > 0 && writesPerSecond > 0 {
-        print("fsync batch ≈ \(batch) records (\(writesPerSecond) writes/s × the leader's mean fsync \(Int(lag.meanFsyncMicroseconds)) µs)")
+        print("fsync batch ≈ \(batch) records (\(writesPerSecond) writes/s × the leader's mean fsync \(Int(lag.meanFsyncMicroseconds)) µs)"
+            + (measured.map { "; the journal's: \($0) records a batch" } ?? ""))
     }
     var errors = 0
     if let failure = lag.failure {
@@ -218,7 +221,7 @@ func printFollowerFigures(
     }
     print(
         "LAG followers=\(followers) p50_records=\(p50) p99_records=\(p99) max_records=\(most) samples=\(lag.samples.count) "
-            + "batch_est=\(batch) catchup_ms=\(catchUp.map { "\($0.milliseconds)" } ?? "none")")
+            + "batch_est=\(batch) batch_records=\(measured.map(String.init) ?? "none") catchup_ms=\(catchUp.map { "\($0.milliseconds)" } ?? "none")")
     return errors
 }
 

@@ -94,7 +94,7 @@ struct Options {
         Prints a table, then: RESULT workload=… conns=… depth=… rps=… p50_us=… p99_us=… p999_us=… errors=…
         (rows for --compare: RESULT target=redis|floor workload=… and the same fields; with --followers,
         RESULT … followers=N … and LAG followers=N p50_records=… p99_records=… max_records=… samples=…
-        batch_est=… catchup_ms=…)
+        batch_est=… batch_records=… catchup_ms=…)
         Exits 1 if any request failed or any reply did not match its request.
         """
 

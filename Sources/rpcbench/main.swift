@@ -353,14 +353,15 @@ func measureRPCD(fsync: String?, keyed: Bool = false, followers: Int? = nil) thr
     if let loopsBefore = statsBefore?.loops, let loopsAfter = statsAfter?.loops, loopsBefore.count == loopsAfter.count {
         printLoopFigures(before: loopsBefore, after: loopsAfter, seconds: loopSeconds)
     }
+    var batchRecords: Double?
     if let was = statsBefore?.journal, let now = statsAfter?.journal {
-        printJournalFigures(before: was, after: now, seconds: loopSeconds)
+        batchRecords = printJournalFigures(before: was, after: now, seconds: loopSeconds)
     }
     if let followers, let sampler, let lag {
         let writes = options.workload == .create ? rpcd.rps : options.workload == .mixed ? rpcd.rps / 10 : 0
         rpcd.errorReplies += printFollowerFigures(
             lag, catchUp: followers > 0 ? try sampler.catchUp() : nil, followers: followers, leaderPort: target.port,
-            writesPerSecond: writes, cpuPercent: followersCPU / max(rpcd.elapsed, 0.001) * 100)
+            writesPerSecond: writes, batchRecords: batchRecords, cpuPercent: followersCPU / max(rpcd.elapsed, 0.001) * 100)
         if let followerCosts, options.workload == .create {
             RecordCosts.print(followerCosts, followers: followers, writesPerSecond: rpcd.rps, leaderCPU: rpcd.serverCPU, elapsed: rpcd.elapsed)
         }
@@ -372,13 +373,15 @@ func measureRPCD(fsync: String?, keyed: Bool = false, followers: Int? = nil) thr
 }
 
 /// The group commit over the run, when the daemon journaled anything: batches (writes) a second,
-/// records a batch, fsyncs a second, and the last fsync's latency.
-func printJournalFigures(before: JournalStats, after: JournalStats, seconds: Double) {
+/// records a batch, fsyncs a second, and the last fsync's latency. Returns the records a batch.
+@discardableResult
+func printJournalFigures(before: JournalStats, after: JournalStats, seconds: Double) -> Double? {
     let batches = after.batches &- before.batches
-    guard seconds > 0, batches > 0 else { return }
+    guard seconds > 0, batches > 0 else { return nil }
     let records = Double(after.records &- before.records) / Double(batches)
     let fsyncs = Double(after.fsyncs &- before.fsyncs) / seconds
     print("journal     " + String(format: "%.0f batches/s of %.1f records, %.0f fsyncs/s (last %d µs)", Double(batches) / seconds, records, fsyncs, after.lastFsyncMicroseconds))
+    return records
 }
 
 /// One line per event loop: the share of the run it spent serving (a loop near 100% is the

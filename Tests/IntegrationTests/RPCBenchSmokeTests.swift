@@ -183,6 +183,8 @@ import Glibc
         }
         let lag = lines.first { $0.hasPrefix("LAG followers=1 ") } ?? ""
         #expect(lag.contains(" p99_records=") && !lag.contains("samples=0 ") && !lag.contains("catchup_ms=none"), "\(outcome.stdout)")
+        // The leader's group-commit batch as its journal counted it (records / batches), beside the estimate.
+        #expect(lag.contains(" batch_records=") && !lag.contains("batch_records=none") && !lag.contains("batch_records=0 "), "\(outcome.stdout)")
         #expect(lines.contains { $0.hasPrefix("RATIO followers=1/followers=0 = ") }, "no RATIO line: \(outcome.stdout)")
         #expect(temp.rpcbenchEntries().isEmpty && temp.processesNamingIt().isEmpty, "left behind: \(temp.rpcbenchEntries())")
     }
