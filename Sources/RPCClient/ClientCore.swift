@@ -78,7 +78,7 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         self.options = options
         self.tls = tls
         self.handlers = RequestHandlers()
-        self.loop = try EventLoop(label: "rpc.client", readBufferBytes: 64 * 1024)
+        self.loop = try EventLoop(label: "rpc.client", readBufferBytes: 64 * 1024, ownThread: options.readsOnOwnThread)
     }
 
     // MARK: - Connecting

@@ -115,6 +115,11 @@ public struct RPCClientOptions: Sendable {
     /// Reads may be answered by a member that is not the leader holding its lease (a follower of
     /// a coordinated cluster), whose data may lag: `system.staleReads` is sent on every connection.
     public var allowStaleReads = false
+    /// The connection's event loop waits on a thread of its own instead of a libdispatch read
+    /// source: one wake-up per read instead of two (the manager thread's, then a worker's). For a
+    /// daemon's follower, which reads its leader's feed all the time; the library starts no
+    /// thread unless its caller asks.
+    package var readsOnOwnThread = false
 
     public init(
         idGenerator: RPCIDGenerator = .sequential(),

@@ -103,6 +103,24 @@ struct FollowerTests {
         #expect(subscribers.count == 1 && (subscribers.first?["peer"] as? String)?.hasPrefix("127.0.0.1:") == true, "\(leaderReplication)")
     }
 
+    @Test("a follower reads its leader's feed on a thread of its own (rpc.client), woken by the kernel, not through libdispatch's manager thread")
+    func followerReadsOnItsOwnThread() throws {
+        let dirs = (0..<2).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let leader = try Replicas.leader(dirs[0])
+        let follower = try Replicas.follower(of: leader, dirs[1])
+        defer { [leader, follower].forEach { $0.stop() } }
+        #expect(try LineClient(port: leader.port).request(Wire.createUser("1", "u1", "Ada", "ada@example.com")).contains("createUserResult"))
+        try Replicas.waitForConvergence(leader: leader, followers: [follower])
+        func threadNames(_ daemon: DaemonProcess) -> [String] {
+            let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(daemon.pid)/task")) ?? []
+            return tasks.compactMap { try? String(contentsOfFile: "/proc/\(daemon.pid)/task/\($0)/comm", encoding: .utf8) }
+                .map { $0.trimmingCharacters(in: .newlines) }
+        }
+        #expect(threadNames(follower).contains("rpc.client"), "the follower's threads: \(threadNames(follower))")
+        #expect(!threadNames(leader).contains("rpc.client"), "the leader's threads: \(threadNames(leader))")
+    }
+
     @Test("kill -9 a follower, 10,000 more on the leader, restart it: it catches up from its own journal, without a snapshot")
     func restartCatchesUpFromOwnJournal() throws {
         let dirs = (0..<2).map { _ in JournalSupport.makeDataDir() }

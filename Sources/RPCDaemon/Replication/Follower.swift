@@ -202,6 +202,7 @@ final class Follower: @unchecked Sendable {
             options.credentials = credentials
             options.tls = leader.hasPrefix(TLSSettings.listenPrefix) ? tls : nil
             options.connectTimeout = .seconds(5)
+            options.readsOnOwnThread = true
             // Whatever line the leader's frame limit lets through (the framer holds at most one).
             options.maxFrameBytes = SettingRanges.maxFrameBytes.upperBound
             do {
