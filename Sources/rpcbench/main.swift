@@ -374,7 +374,6 @@ func measureRPCD(fsync: String?, keyed: Bool = false, followers: Int? = nil) thr
 
 /// The group commit over the run, when the daemon journaled anything: batches (writes) a second,
 /// records a batch, fsyncs a second, and the last fsync's latency. Returns the records a batch.
-@discardableResult
 func printJournalFigures(before: JournalStats, after: JournalStats, seconds: Double) -> Double? {
     let batches = after.batches &- before.batches
     guard seconds > 0, batches > 0 else { return nil }
