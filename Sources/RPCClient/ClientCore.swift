@@ -67,6 +67,8 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
     /// Offered each line first while a feed is set: the flow when it took the line, undecoded;
     /// nil sends the line the usual way.
     private var feedLines: (@Sendable (UnsafeRawBufferPointer) -> FeedFlow?)?
+    /// Told, on the queue, when the lines of a read were all handed to the feed.
+    private var feedRead: (@Sendable () -> Void)?
     /// Told why, each time a connection is lost.
     private var onLost: (@Sendable (String) -> Void)?
 
@@ -402,11 +404,12 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
     /// Sets the feed handler and the loss handler (see `RPCClient.onFeed`). Call from anywhere.
     func setFeed(
         _ handler: (@Sendable (Request, UnsafeRawBufferPointer) -> FeedFlow)?, lines: (@Sendable (UnsafeRawBufferPointer) -> FeedFlow?)? = nil,
-        onLost: (@Sendable (String) -> Void)?
+        afterRead: (@Sendable () -> Void)? = nil, onLost: (@Sendable (String) -> Void)?
     ) {
         queue.async { [self] in
             feed = handler
             feedLines = lines
+            feedRead = afterRead
             self.onLost = onLost
         }
     }
@@ -507,6 +510,10 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
     private static func errorCode(_ reply: Request) -> RPCErrorCode? {
         if case .object(let param)? = reply.param, case .string(let code)? = param["code"] { return RPCErrorCode(rawValue: code) }
         return nil
+    }
+
+    func connectionDidServeRead(_ connection: Connection) {
+        if feed != nil { feedRead?() }
     }
 
     func connection(_ connection: Connection, didReceiveOversizeLine length: Int) {

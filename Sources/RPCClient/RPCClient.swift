@@ -202,11 +202,13 @@ public final class RPCClient: Sendable {
     /// The handler must not wait for calls on this client. `lines`, when given, is offered each
     /// line first, undecoded, and takes it by returning its flow (nil: the line goes to `handler`
     /// or, as a reply, to its call): a follower applies the feed's records from their bytes.
+    /// `afterRead`, when given, is told on the same thread once the lines of a read were all
+    /// handed over: a follower applies them together there.
     package func onFeed(
         _ handler: @escaping @Sendable (Request, UnsafeRawBufferPointer) -> FeedFlow, lines: (@Sendable (UnsafeRawBufferPointer) -> FeedFlow?)? = nil,
-        onLost: @escaping @Sendable (String) -> Void
+        afterRead: (@Sendable () -> Void)? = nil, onLost: @escaping @Sendable (String) -> Void
     ) {
-        core.setFeed(handler, lines: lines, onLost: onLost)
+        core.setFeed(handler, lines: lines, afterRead: afterRead, onLost: onLost)
     }
 
     /// Reads again after the feed handler returned `.pause`.

@@ -18,11 +18,15 @@ public protocol ConnectionDelegate: AnyObject, Sendable {
     func connectionDidDrain(_ connection: Connection)
     /// The TLS handshake finished and the peer's certificate verified (as the context asks).
     func connectionDidEstablishTLS(_ connection: Connection)
+    /// Every line of one read was handed to `didReceive`: a delegate that gathers lines may act on
+    /// them together now.
+    func connectionDidServeRead(_ connection: Connection)
 }
 
 extension ConnectionDelegate {
     public func connectionDidDrain(_ connection: Connection) {}
     public func connectionDidEstablishTLS(_ connection: Connection) {}
+    public func connectionDidServeRead(_ connection: Connection) {}
 }
 
 /// One peer: a non-blocking fd registered with its loop's epoll set, a line framer, and a bounded
@@ -298,6 +302,7 @@ public final class Connection: @unchecked Sendable {
         }
         if lineStartedAt == 0 && framer.isMidLine { lineStartedAt = lastActivityAt }
         reportInput()
+        delegate.connectionDidServeRead(self)
     }
 
     /// `read(untilEOF:)` for a TLS peer: the socket's bytes go to OpenSSL, its plaintext to the framer.

@@ -12,6 +12,8 @@ import Glibc
     class Echo: ConnectionDelegate, @unchecked Sendable {
         // @unchecked: touched on the connection's queue, read after `closed` is signalled.
         var lines: [String] = []
+        /// The lines and, as "|", each end of a read's lines.
+        var events: [String] = []
         var oversize: [Int] = []
         var reason: Connection.CloseReason?
         let closed = DispatchSemaphore(value: 0)
@@ -19,9 +21,11 @@ import Glibc
         func connection(_ connection: Connection, didReceive line: UnsafeRawBufferPointer) {
             let text = String(decoding: line, as: UTF8.self)
             lines.append(text)
+            events.append(text)
             connection.send(Array((text.uppercased() + "\n").utf8))
         }
         func connection(_ connection: Connection, didReceiveOversizeLine length: Int) { oversize.append(length) }
+        func connectionDidServeRead(_ connection: Connection) { events.append("|") }
         func connectionDidClose(_ connection: Connection, reason: Connection.CloseReason) {
             self.reason = reason
             closed.signal()
@@ -109,6 +113,24 @@ import Glibc
             #expect(loop.connection(0) == nil && loop.connection(UInt64.max) == nil)
             loop.deregister(b, token: new)
         }
+    }
+
+    /// A follower applies the lines of a read together: it is told when a read's lines are all served.
+    @Test func theEndOfEachReadFollowsItsLines() throws {
+        let (server, peer) = try pair()
+        defer { close(peer) }
+        let echo = Echo()
+        let connection = Connection(
+            fd: server, id: 4, peer: nil, loop: try EventLoop(label: "test"), limits: .init(), delegate: echo)
+        connection.start()
+        write(peer, "a\nb\n")
+        var replies = [UInt8](repeating: 0, count: 4)
+        #expect(replies.withUnsafeMutableBytes { recv(peer, $0.baseAddress, 4, Int32(MSG_WAITALL)) } == 4)
+        write(peer, "c\n")
+        shutdown(peer, Int32(SHUT_WR))
+        #expect(readAll(peer) == "C\n")
+        #expect(echo.closed.wait(timeout: .now() + 5) == .success)
+        #expect(echo.events == ["a", "b", "|", "c", "|"])
     }
 
     @Test func oversizeLineIsReportedAndTheNextServed() throws {

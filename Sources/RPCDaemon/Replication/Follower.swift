@@ -57,7 +57,10 @@ final class Follower: @unchecked Sendable {
     private var inboxTaken = 0
     /// Bytes of record lines in the inbox.
     private var inboxBytes = 0
+    /// A pass is under way, or handed to the queue.
     private var draining = false
+    /// Lines came in this read with no pass under way: the reading thread runs one at its end.
+    private var passOwed = false
     private var readingPaused = false
     private var client: RPCClient?
     /// Ends the wait for the current connection's loss.
@@ -210,7 +213,7 @@ final class Follower: @unchecked Sendable {
                 let (lost, signal) = AsyncStream<String>.makeStream()
                 client.onFeed(
                     { [self] request, line in receive(request, line: line) }, lines: { [self] line in receiveRecord(line) },
-                    onLost: { why in signal.yield(why) })
+                    afterRead: { [self] in readEnded() }, onLost: { why in signal.yield(why) })
                 let from = lock.withLock {
                     self.client = client
                     lostSignal = signal
@@ -344,10 +347,11 @@ final class Follower: @unchecked Sendable {
     }
 
     /// What the leader sent joins the inbox (`add`, under `lock`), with its sequence number when
-    /// it is a record: whether reading pauses (the inbox is full); a pass is scheduled if none is.
+    /// it is a record: whether reading pauses (the inbox is full). With no pass under way, one is
+    /// owed at the read's end (`readEnded`).
     private func admit(seq: UInt64?, _ add: () -> Void) -> FeedFlow {
-        let (flow, schedule): (FeedFlow, Bool) = lock.withLock {
-            guard stopped == nil else { return (.pause, false) }
+        lock.withLock {
+            guard stopped == nil else { return .pause }
             if let seq {
                 newestReceived = max(newestReceived ?? 0, seq)
                 if seq > leaderSequence ?? 0 { leaderSequence = seq }
@@ -355,11 +359,25 @@ final class Follower: @unchecked Sendable {
             add()
             let full = inbox.count - inboxHead >= Self.maxInbox || inboxBytes >= Self.maxInboxBytes
             if full { readingPaused = true }
-            defer { draining = true }
-            return (full ? .pause : .continue, !draining)
+            if !draining { passOwed = true }
+            return full ? .pause : .continue
         }
-        if schedule { queue.async { self.drain() } }
-        return flow
+    }
+
+    /// On the client's thread, after the lines of a read: runs the pass they are owed there, on
+    /// the follower's queue (`queue.sync` runs the block on the calling thread). Handing the pass
+    /// to a Dispatch worker cost a wake-up and a park per read, a large part of a follower's CPU
+    /// at moderate rates; the leader's next lines wait in TCP meanwhile. A pass already under way
+    /// (after a retry, or a snapshot's install) takes the lines itself.
+    private func readEnded() {
+        let run: Bool = lock.withLock {
+            guard passOwed else { return false }
+            passOwed = false
+            guard !draining, stopped == nil else { return false }
+            draining = true
+            return true
+        }
+        if run { queue.sync { drain() } }
     }
 
     /// Applies what the inbox holds, in order, until it is empty or a record must wait.
