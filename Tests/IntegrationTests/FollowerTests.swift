@@ -112,13 +112,8 @@ struct FollowerTests {
         defer { [leader, follower].forEach { $0.stop() } }
         #expect(try LineClient(port: leader.port).request(Wire.createUser("1", "u1", "Ada", "ada@example.com")).contains("createUserResult"))
         try Replicas.waitForConvergence(leader: leader, followers: [follower])
-        func threadNames(_ daemon: DaemonProcess) -> [String] {
-            let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(daemon.pid)/task")) ?? []
-            return tasks.compactMap { try? String(contentsOfFile: "/proc/\(daemon.pid)/task/\($0)/comm", encoding: .utf8) }
-                .map { $0.trimmingCharacters(in: .newlines) }
-        }
-        #expect(threadNames(follower).contains("rpc.client"), "the follower's threads: \(threadNames(follower))")
-        #expect(!threadNames(leader).contains("rpc.client"), "the leader's threads: \(threadNames(leader))")
+        #expect(follower.threadNames().contains("rpc.client"), "the follower's threads: \(follower.threadNames())")
+        #expect(!leader.threadNames().contains("rpc.client"), "the leader's threads: \(leader.threadNames())")
     }
 
     @Test("kill -9 a follower, 10,000 more on the leader, restart it: it catches up from its own journal, without a snapshot")

@@ -59,8 +59,6 @@ final class Follower: @unchecked Sendable {
     private var inboxBytes = 0
     /// A pass is under way, or handed to the queue.
     private var draining = false
-    /// Lines came in this read with no pass under way: the reading thread runs one at its end.
-    private var passOwed = false
     private var readingPaused = false
     private var client: RPCClient?
     /// Ends the wait for the current connection's loss.
@@ -347,8 +345,8 @@ final class Follower: @unchecked Sendable {
     }
 
     /// What the leader sent joins the inbox (`add`, under `lock`), with its sequence number when
-    /// it is a record: whether reading pauses (the inbox is full). With no pass under way, one is
-    /// owed at the read's end (`readEnded`).
+    /// it is a record: whether reading pauses (the inbox is full). A pass takes it: the one under
+    /// way, or the one the read's end starts (`readEnded`).
     private func admit(seq: UInt64?, _ add: () -> Void) -> FeedFlow {
         lock.withLock {
             guard stopped == nil else { return .pause }
@@ -359,7 +357,6 @@ final class Follower: @unchecked Sendable {
             add()
             let full = inbox.count - inboxHead >= Self.maxInbox || inboxBytes >= Self.maxInboxBytes
             if full { readingPaused = true }
-            if !draining { passOwed = true }
             return full ? .pause : .continue
         }
     }
@@ -368,12 +365,11 @@ final class Follower: @unchecked Sendable {
     /// the follower's queue (`queue.sync` runs the block on the calling thread). Handing the pass
     /// to a Dispatch worker cost a wake-up and a park per read, a large part of a follower's CPU
     /// at moderate rates; the leader's next lines wait in TCP meanwhile. A pass already under way
-    /// (after a retry, or a snapshot's install) takes the lines itself.
+    /// (after a retry, or a snapshot's install) takes the lines itself; with none, lines in the
+    /// inbox are this read's (a pass ends only once the inbox is empty).
     private func readEnded() {
         let run: Bool = lock.withLock {
-            guard passOwed else { return false }
-            passOwed = false
-            guard !draining, stopped == nil else { return false }
+            guard !draining, stopped == nil, inboxHead < inbox.count else { return false }
             draining = true
             return true
         }
