@@ -61,7 +61,7 @@ final class DaemonContext: ServiceContext, @unchecked Sendable {
     private var feed: ReplicationFeed?
     func attach(_ feed: ReplicationFeed) { lock.withLock { self.feed = feed } }
 
-    func feedSequences() -> Result<(durable: UInt64, snapshot: UInt64), RPCError> {
+    func feedSequences() -> Result<(durable: UInt64, snapshot: UInt64, filesFrom: UInt64), RPCError> {
         guard let feed = lock.withLock({ feed }) else { return .failure(.internal("this daemon keeps no journal to feed changes from")) }
         guard feed.subscriberCount < ReplicationFeed.maxSubscribers else {
             return .failure(.overloaded("this daemon feeds at most \(ReplicationFeed.maxSubscribers) subscribers at once; subscribe to one of its followers instead (chains), or try again later"))

@@ -70,9 +70,10 @@ public protocol ServiceContext: Sendable {
     func refused(_ method: RPCMethod, _ error: RPCError, session: Session)
     /// Failed `system.auth` calls after which a connection is closed.
     var maxAuthFailures: Int { get }
-    /// The last durable sequence number and the one the snapshot covers (0: none), for a new
+    /// The last durable sequence number, the one the snapshot covers (0: none) and the last one
+    /// the journal files do not hold (a subscriber from before it needs the snapshot), for a new
     /// subscriber; or why the change feed takes none now.
-    func feedSequences() -> Result<(durable: UInt64, snapshot: UInt64), RPCError>
+    func feedSequences() -> Result<(durable: UInt64, snapshot: UInt64, filesFrom: UInt64), RPCError>
     /// `replication.position`: this daemon's place in its chain.
     func replicationPosition() -> Result<PositionResult, RPCError>
     /// This daemon's term history, for a subscriber to compare its own with.
@@ -94,7 +95,7 @@ public enum AuthOutcome: Sendable, Equatable {
 extension ServiceContext {
     public func refused(_ method: RPCMethod, _ error: RPCError, session: Session) {}
 
-    public func feedSequences() -> Result<(durable: UInt64, snapshot: UInt64), RPCError> {
+    public func feedSequences() -> Result<(durable: UInt64, snapshot: UInt64, filesFrom: UInt64), RPCError> {
         .failure(.internal("this daemon keeps no journal to feed changes from"))
     }
 

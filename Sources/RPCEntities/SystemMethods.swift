@@ -61,9 +61,9 @@ package enum SystemMethods {
         guard session.feed == nil else {
             return .failure(.invalidParams("this connection is subscribed already; open another connection for a second feed"))
         }
-        let durable: UInt64, snapshot: UInt64
+        let durable: UInt64, snapshot: UInt64, filesFrom: UInt64
         switch context.feedSequences() {
-        case .success(let sequences): (durable, snapshot) = sequences
+        case .success(let sequences): (durable, snapshot, filesFrom) = sequences
         case .failure(let error): return .failure(error)
         }
         let marks = context.termMarks()
@@ -88,9 +88,9 @@ package enum SystemMethods {
             }
             after = UInt64(from)
         }
-        let snapshotFirst = after < snapshot
+        let snapshotFirst = after < filesFrom
         if snapshotFirst && p.snapshot != true {
-            return .failure(.snapshotRequired("records up to \(snapshot) are only in this daemon's snapshot (its journal starts at \(snapshot + 1)); subscribe with \"snapshot\": true to receive the snapshot first, or from \(snapshot) or later"))
+            return .failure(.snapshotRequired("records up to \(filesFrom) are only in this daemon's snapshot (its journal files start at \(filesFrom + 1)); subscribe with \"snapshot\": true to receive the snapshot first, or from \(filesFrom) or later"))
         }
         session.feed = Session.FeedStart(after: after, snapshotFirst: snapshotFirst, replica: p.terms != nil, member: p.member)
         return .now(result)

@@ -111,10 +111,13 @@ struct ChangeFeedTests {
         try withDaemon(extraArguments: ["--compact-after-bytes", "4KiB"]) { daemon in
             let c = try LineClient(port: daemon.port)
             #expect(try c.request(ExactlyOnceTests.keyedCreate("k", key: "kept")) == Wire.createUserResult("k", "k1", "Kay", "k@example.com"))
-            try JournalSupport.createUsers(port: daemon.port, range: 0..<300)
+            // Two compactions: the journal the second one keeps for subscribers starts after the first snapshot.
+            try JournalSupport.createUsers(port: daemon.port, range: 0..<150)
+            let first = try Replicas.settledSnapshotSequence(daemon)
+            try JournalSupport.createUsers(port: daemon.port, range: 150..<300)
             #expect(try c.request(Wire.request("d", "user.deleteUser", #"{"userId":"u299"}"#)).contains("deleteUserResult"))
             let snapshotSequence = try Replicas.settledSnapshotSequence(daemon)
-            #expect(snapshotSequence > 1, "no compaction: \(daemon.stderrTail())")
+            #expect(snapshotSequence > first && first > 1, "not two compactions: \(daemon.stderrTail())")
 
             let refused = try LineClient(port: daemon.port)
             let error = expectError(try refused.request(Self.subscribe(from: 0)), code: "snapshotRequired", id: "f")
@@ -139,6 +142,55 @@ struct ChangeFeedTests {
             #expect(try feed.readLines(journal.count) == journal, "after the snapshot, the journal's lines")
             #expect(feed.isSilent(for: 0.2))
         }
+    }
+
+    @Test("the journal a compaction replaced stays for subscribers from before the snapshot, until the next compaction replaces it or a restart removes it")
+    func previousJournalServesSubscribers() throws {
+        let dir = JournalSupport.makeDataDir()
+        defer { JournalSupport.remove(dir) }
+        let previous = dir.appendingPathComponent("journal.prev.jsonl")
+        var daemon = try DaemonProcess(extraArguments: ["--compact-after-bytes", "20000"], dataDir: dir)
+        defer { daemon.stop() }
+        // Writes until `count` compactions are done and settled (no rotation under way).
+        func write(until count: Int, from start: inout Int) throws {
+            while Replicas.compactions(daemon) < count && start < 5_000 {
+                try JournalSupport.createUsers(port: daemon.port, range: start..<(start + 10))
+                start += 10
+            }
+            #expect(Replicas.compactions(daemon) == count, "\(daemon.stderrTail())")
+            _ = try Replicas.settledSnapshotSequence(daemon)
+        }
+        var next = 0
+        try write(until: 1, from: &next)
+        let snapshot = try Replicas.settledSnapshotSequence(daemon)
+        // Each without the spaces a writer may keep ahead of its end.
+        let kept = try JournalSupport.lines(previous).filter { !$0.trimmingCharacters(in: .whitespaces).isEmpty }
+        let journal = try JournalSupport.lines(JournalSupport.journal(dir)).filter { !$0.trimmingCharacters(in: .whitespaces).isEmpty }
+        let durable = kept.count + journal.count
+        #expect(try Replicas.sequence(daemon) == durable, "the two journals hold every record once")
+        #expect(snapshot > 0 && kept.count == snapshot, "the kept journal holds what the snapshot does: \(kept.count) lines, snapshot at \(snapshot)")
+
+        // From 0, without a snapshot: every record as journaled, the kept journal's then the live one's.
+        let feed = try LineClient(port: daemon.port, timeout: 30)
+        #expect(try feed.request(Self.subscribe(from: 0)) == Self.subscribeResult(durable, snapshot))
+        #expect(try feed.readLines(durable) == kept + journal)
+        #expect(feed.isSilent(for: 0.2))
+
+        // The next compaction replaces it: records before it need the snapshot.
+        try write(until: 2, from: &next)
+        let first = try #require(try Reply(JournalSupport.lines(previous)[0]).object["seq"] as? Int)
+        #expect(first == kept.count + 1, "the kept journal is the one the second compaction replaced")
+        expectError(try LineClient(port: daemon.port).request(Self.subscribe(from: first - 2)), code: "snapshotRequired", id: "f")
+        let later = try LineClient(port: daemon.port, timeout: 30)
+        #expect(try later.request(Self.subscribe(from: first - 1)).contains("subscribeResult"))
+        #expect(try Reply(later.expectLine()).object["seq"] as? Int == first)
+
+        // A restart removes it (a directory restored from a backup may hold another history).
+        daemon.stop()
+        daemon = try DaemonProcess(extraArguments: ["--compact-after-bytes", "20000"], dataDir: dir)
+        #expect(!FileManager.default.fileExists(atPath: previous.path))
+        let restarted = try Replicas.settledSnapshotSequence(daemon)
+        expectError(try LineClient(port: daemon.port).request(Self.subscribe(from: restarted - 1)), code: "snapshotRequired", id: "f")
     }
 
     @Test("a subscriber that falls behind compaction (and behind what memory keeps) is disconnected with a logged reason; it subscribes again with a snapshot")

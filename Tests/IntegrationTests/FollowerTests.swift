@@ -161,14 +161,11 @@ struct FollowerTests {
         follower.kill()
         _ = follower.waitForExit(timeout: 10)
 
-        // Several compactions: the records after `downAt` are only in the leader's snapshot now.
+        // Several compactions: the records after `downAt` are only in the leader's snapshot now
+        // (not in the journal its last compaction kept either).
         #expect(try mutations.send(to: leader.port, count: 5_000).isEmpty)
-        let snapshotSequence = try eventually {
-            let probe = try LineClient(port: leader.port)  // one subscription per connection
-            let reply = try Reply(probe.request(#"{"id":"p","method":"replication.subscribe"}"#))
-            return (reply.param?["snapshotSequence"] as? Int ?? 0) > downAt
-        }
-        #expect(snapshotSequence, "the leader did not compact past \(downAt): \(leader.stderrTail())")
+        let compactedPast = try eventually { try Replicas.needsSnapshot(leader, from: downAt) }
+        #expect(compactedPast, "the leader did not compact past \(downAt) twice: \(leader.stderrTail())")
 
         follower = try Replicas.follower(of: leader, dirs[1])
         #expect(follower.stderrEventually(contains: "caught up through a snapshot at sequence ", timeout: 30), "\(follower.stderrTail())")
@@ -187,14 +184,52 @@ struct FollowerTests {
         follower.kill()
         _ = follower.waitForExit(timeout: 10)
         #expect(try mutations.send(to: leader.port, count: 20).isEmpty)
-        let leaderSnapshot = try Replicas.settledSnapshotSequence(leader)
+        _ = try Replicas.settledSnapshotSequence(leader)
+        let needsSnapshot = try Replicas.needsSnapshot(leader, from: secondDownAt)
         follower = try Replicas.follower(of: leader, dirs[1])
         defer { follower.stop() }
         try Replicas.waitForConvergence(leader: leader, followers: [follower])
         try Replicas.expectSameLists(leader, [follower])
         #expect(Replicas.loggedNumber(follower.stderrText, after: "from sequence ") == secondDownAt, "\(follower.stderrTail())")
-        #expect(follower.stderrText.contains("snapshot") == (leaderSnapshot > secondDownAt),
-            "the leader's snapshot is at \(leaderSnapshot), the follower stopped at \(secondDownAt): \(follower.stderrTail())")
+        #expect(follower.stderrText.contains("snapshot") == needsSnapshot,
+            "the leader \(needsSnapshot ? "needs" : "does not need") its snapshot from \(secondDownAt): \(follower.stderrTail())")
+    }
+
+    @Test("the leader compacts once while a follower is down: the follower gets what it missed from the journal the compaction kept, not the snapshot")
+    func catchUpThroughKeptJournal() throws {
+        let dirs = (0..<2).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let leader = try Replicas.leader(dirs[0], ["--compact-after-bytes", "256KiB"])
+        defer { leader.stop() }
+        var mutations = MixedMutations(seed: 5)
+        var follower = try Replicas.follower(of: leader, dirs[1])
+        #expect(try mutations.send(to: leader.port, count: 200).isEmpty)
+        try Replicas.waitForConvergence(leader: leader, followers: [follower])
+        try Replicas.waitForAcknowledgements(leader)
+        let downAt = try Replicas.sequence(follower)
+        follower.kill()
+        _ = follower.waitForExit(timeout: 10)
+
+        // One compaction past where it stopped (a few hundred records at a time, until it happens).
+        while Replicas.compactions(leader) == 0, try Replicas.sequence(leader) < 20_000 {
+            #expect(try mutations.send(to: leader.port, count: 300).isEmpty)
+        }
+        let snapshot = try Replicas.settledSnapshotSequence(leader)
+        #expect(Replicas.compactions(leader) == 1 && snapshot > downAt, "\(leader.stderrTail())")
+        #expect(try !Replicas.needsSnapshot(leader, from: downAt))
+
+        follower = try Replicas.follower(of: leader, dirs[1])
+        defer { follower.stop() }
+        try Replicas.waitForConvergence(leader: leader, followers: [follower])
+        try Replicas.expectSameLists(leader, [follower])
+        #expect(!follower.stderrText.contains("snapshot"), "the follower took a snapshot: \(follower.stderrTail())")
+        let subscribed = leader.stderrText.components(separatedBy: "\n").filter { $0.contains("subscribed from sequence") }
+        #expect(subscribed.last?.hasSuffix("subscribed from sequence \(downAt)") == true, "\(subscribed)")
+        // Its journal holds the leader's records as they were journaled, the kept ones included.
+        let theirs = try JournalSupport.lines(dirs[0].appendingPathComponent("journal.prev.jsonl")) + JournalSupport.lines(JournalSupport.journal(dirs[0]))
+        let records = { (lines: [String]) in lines.filter { !$0.trimmingCharacters(in: .whitespaces).isEmpty } }
+        let ours = records(try JournalSupport.lines(JournalSupport.journal(dirs[1])))
+        #expect(ours.count == (try Replicas.sequence(leader)) && ours == records(theirs), "the follower's journal differs from the leader's two")
     }
 
     /// TSan's allocator is not glibc's: there is nothing for malloc_trim to give back under it.
@@ -205,12 +240,16 @@ struct FollowerTests {
         let dirs = (0..<2).map { _ in JournalSupport.makeDataDir() }
         defer { dirs.forEach(JournalSupport.remove) }
         try JournalSupport.writeUUIDJournal(dirs[0], records: 300_000)
-        let leader = try Replicas.leader(dirs[0], ["--compact-after-bytes", "1MiB"])
+        var leader = try Replicas.leader(dirs[0], ["--compact-after-bytes", "1MiB"])
         defer { leader.stop() }
         // One more create: the journal is past 1 MiB and the snapshot empty, so it compacts.
         let c = try LineClient(port: leader.port, timeout: 30)
         #expect(try c.request(Wire.createUser("1", "last", "Last", "last@example.com")) == Wire.createUserResult("1", "last", "Last", "last@example.com"))
         #expect(try Replicas.settledSnapshotSequence(leader) == 300_001)
+        // A restart drops the journal the compaction kept: the records are in the snapshot only.
+        leader.stop()
+        leader = try Replicas.leader(dirs[0], ["--compact-after-bytes", "1MiB"])
+        #expect(try Replicas.needsSnapshot(leader, from: 0))
 
         let follower = try Replicas.follower(of: leader, dirs[1])
         defer { follower.stop() }
@@ -349,12 +388,12 @@ struct FollowerTests {
         let fromJournal = try Replicas.follower(of: leader, dirs[1])
         let c = try LineClient(port: leader.port)
         #expect(try c.request(ExactlyOnceTests.keyedCreate("1", key: "order-1")) == Wire.createUserResult("1", "k1", "Kay", "k@example.com"))
-        // Compactions put the keyed record in the leader's snapshot; a new follower starts from it.
-        try JournalSupport.createUsers(port: leader.port, range: 0..<300)
-        let compacted = try eventually {
-            let reply = try Reply(LineClient(port: leader.port).request(ChangeFeedTests.subscribe))
-            return (reply.param?["snapshotSequence"] as? Int ?? 0) > 1
-        }
+        // Two compactions put the keyed record in the leader's snapshot only (the first one's kept
+        // journal holds it too); a new follower starts from that snapshot.
+        try JournalSupport.createUsers(port: leader.port, range: 0..<150)
+        _ = try Replicas.settledSnapshotSequence(leader)
+        try JournalSupport.createUsers(port: leader.port, range: 150..<300)
+        let compacted = try eventually { try Replicas.needsSnapshot(leader, from: 0) }
         #expect(compacted, "\(leader.stderrTail())")
         let fromSnapshot = try Replicas.follower(of: leader, dirs[2])
         #expect(fromSnapshot.stderrEventually(contains: "caught up through a snapshot"), "\(fromSnapshot.stderrTail())")

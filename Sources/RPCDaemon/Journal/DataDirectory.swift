@@ -12,6 +12,9 @@ import Glibc
 ///     journal.jsonl        mutations applied after (or overlapping) the snapshot
 ///     journal.next.jsonl   only during a compaction: mutations after the snapshot being written
 ///     snapshot.tmp         only during a compaction: the snapshot being written
+///     journal.prev.jsonl   the journal before the last compaction, whose records the snapshot
+///                          holds: kept while the daemon runs for followers a little behind it
+///                          (never replayed; a start removes it)
 final class DataDirectory: @unchecked Sendable {
     // @unchecked: every stored property is immutable; the lock fd stays open for the process's life.
     let path: String
@@ -21,6 +24,7 @@ final class DataDirectory: @unchecked Sendable {
     var files: DataFiles { DataFiles(path: path) }
     var journal: String { files.journal }
     var nextJournal: String { files.nextJournal }
+    var previousJournal: String { files.previousJournal }
     var snapshot: String { files.snapshot }
     var snapshotTemp: String { files.snapshotTemp }
     var lockFile: String { path + "/LOCK" }
@@ -82,6 +86,7 @@ struct DataFiles: Sendable {
 
     var journal: String { path + "/journal.jsonl" }
     var nextJournal: String { path + "/journal.next.jsonl" }
+    var previousJournal: String { path + "/journal.prev.jsonl" }
     var snapshot: String { path + "/snapshot.jsonl" }
     var snapshotTemp: String { path + "/snapshot.tmp" }
 

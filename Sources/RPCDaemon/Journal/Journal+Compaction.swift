@@ -68,6 +68,7 @@ extension Journal {
             compactionDisabled = true  // the rotation never happened (the journal failed first)
             return
         }
+        let kept = keepPreviousJournal()
         do {
             try FileIO.rename(directory.nextJournal, directory.journal)
             try FileIO.syncDirectory(directory.path)
@@ -80,9 +81,24 @@ extension Journal {
         filePath = directory.journal
         snapshotBytes = bytes
         lock.withLock { snapshotSequence = seq }
-        feed?.compacted(at: seq)
+        feed?.compacted(at: seq, keptFrom: kept)
         let ms = (DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1_000_000
         log.info("compacted: snapshot at seq \(seq) (\(bytes) bytes) in \(ms) ms; journal restarted")
+    }
+
+    /// The journal the compaction replaces stays as `journal.prev.jsonl` (a second name, so
+    /// `journal.jsonl` is never missing), replacing the one before: a follower that fell a little
+    /// behind the new snapshot gets the records it misses from it, not the whole snapshot. Its
+    /// first sequence number, or nil when none is kept (best effort: the data is in the snapshot).
+    private func keepPreviousJournal() -> UInt64? {
+        do {
+            try? FileIO.unlink(directory.previousJournal)
+            try FileIO.link(directory.journal, directory.previousJournal)
+        } catch {
+            log.debug("compaction: not keeping the old journal for followers: \(error)")
+            return nil
+        }
+        return JournalCursor.firstSequence(in: directory.previousJournal, maxLineBytes: SnapshotCursor.maxRecordLineBytes)
     }
 
     // MARK: - A follower's snapshot
@@ -117,6 +133,7 @@ extension Journal {
             let next = try FileIO.open(directory.journal + ".new", O_WRONLY | O_CREAT | O_TRUNC)
             do {
                 try? FileIO.unlink(directory.nextJournal)
+                try? FileIO.unlink(directory.previousJournal)  // records of the history the snapshot replaces
                 try FileIO.rename(directory.journal + ".new", directory.journal)
                 try FileIO.syncDirectory(directory.path)
             } catch {

@@ -57,7 +57,11 @@ struct Recovery {
 
     /// Replays snapshot.jsonl, journal.jsonl and journal.next.jsonl.
     static func load(_ files: DataFiles, log: Logger?, mode: Mode = .start) throws(Failure) -> Recovery {
-        if mode == .start { try? FileIO.unlink(files.snapshotTemp) }  // a compaction that never got to its rename
+        if mode == .start {
+            try? FileIO.unlink(files.snapshotTemp)  // a compaction that never got to its rename
+            // The last run's backlog for followers: a directory restored since may hold another history.
+            try? FileIO.unlink(files.previousJournal)
+        }
         var replay = JournalReplay()
         replay.parsesAheadOn = Self.parseAhead
         replay.holdOrder()

@@ -7,8 +7,9 @@ import RPCTransport
 /// The change feed of `replication.subscribe`: every durable journal batch, kept in memory for a
 /// while and handed to each subscriber's connection as its output drains. A subscriber that falls
 /// behind what memory keeps is fed from the journal files (on a queue of their own: reads can wait
-/// for the disk); one whose next record a compaction moved into the snapshot is disconnected with
-/// a logged reason (it subscribes again, with a snapshot).
+/// for the disk), the journal a compaction replaced included (`journal.prev.jsonl`); one whose next
+/// record is in no file but the snapshot is disconnected with a logged reason (it subscribes
+/// again, with a snapshot).
 ///
 /// Bounded: memory keeps `maxMemoryBytes` of batches for everyone, and only while a subscriber is
 /// attached or left less than `backlogSeconds` ago (a leader nobody follows keeps none, as Redis
@@ -37,6 +38,9 @@ final class ReplicationFeed: @unchecked Sendable {
     private var memoryBytes = 0
     private var durable: UInt64
     private var snapshotSeq: UInt64
+    /// Records after this one are in the journal files: the snapshot's sequence number, or the one
+    /// before the journal a compaction kept.
+    private var filesFrom: UInt64
     /// Journal bytes and records published since the start (for the average line size).
     private var publishedBytes: UInt64 = 0
     private var publishedRecords: UInt64 = 0
@@ -52,6 +56,7 @@ final class ReplicationFeed: @unchecked Sendable {
         self.files = files
         self.durable = durable
         self.snapshotSeq = snapshotSeq
+        self.filesFrom = snapshotSeq
         self.maxLineBytes = maxLineBytes
         self.maxMemoryBytes = maxMemoryBytes
         self.log = log
@@ -105,17 +110,25 @@ final class ReplicationFeed: @unchecked Sendable {
             memoryBytes = 0
             durable = seq
             snapshotSeq = seq
+            filesFrom = seq
         }
     }
 
-    /// The snapshot moved on (a compaction).
-    func compacted(at seq: UInt64) {
-        lock.withLock { snapshotSeq = max(snapshotSeq, seq) }
+    /// The snapshot moved on to `seq` (a compaction), and the journal it replaced, whose first
+    /// record is `kept`, stayed (nil: it did not): records after `kept - 1` are still in files.
+    func compacted(at seq: UInt64, keptFrom kept: UInt64?) {
+        lock.withLock {
+            snapshotSeq = max(snapshotSeq, seq)
+            // What the files held before stays in them unless no journal was kept.
+            filesFrom = max(filesFrom, min(seq, kept.map { $0 &- 1 } ?? seq))
+        }
     }
 
     // MARK: - For subscribers
 
-    var sequences: (durable: UInt64, snapshot: UInt64) { lock.withLock { (durable, snapshotSeq) } }
+    /// The last durable sequence number, the snapshot's, and the last one no journal file holds
+    /// (a subscriber from before it needs the snapshot).
+    var sequences: (durable: UInt64, snapshot: UInt64, filesFrom: UInt64) { lock.withLock { (durable, snapshotSeq, filesFrom) } }
 
     enum Chunk {
         /// Lines from the asked-for record through `last`.

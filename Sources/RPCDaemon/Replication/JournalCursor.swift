@@ -105,8 +105,9 @@ final class JournalCursor {
     /// Opens the file holding `target` and finds its line; nil when found.
     private func locate(_ target: UInt64) -> Outcome? {
         closeFile()
-        // The next journal (during a compaction) holds the newer records.
-        for candidate in [files.nextJournal, files.journal] {
+        // The next journal (during a compaction) holds the newer records; the one the last
+        // compaction replaced, older ones the snapshot holds too.
+        for candidate in [files.nextJournal, files.journal, files.previousJournal] {
             let file: Int32
             do {
                 file = try FileIO.open(candidate, O_RDONLY)
@@ -131,6 +132,15 @@ final class JournalCursor {
             return nil
         }
         return .gone("record \(target) is no longer in the journal: a compaction put it in the snapshot")
+    }
+
+    /// The sequence number of the first line of the journal at `path` (nil: it has no whole line,
+    /// or cannot be read).
+    static func firstSequence(in path: String, maxLineBytes: Int) -> UInt64? {
+        guard let file = try? FileIO.open(path, O_RDONLY) else { return nil }
+        let cursor = JournalCursor(files: DataFiles(path: FileIO.directory(of: path)), maxLineBytes: maxLineBytes)
+        (cursor.fd, cursor.path) = (file, path)
+        return cursor.firstSeq()  // its deinit closes the file
     }
 
     /// The sequence number of the file's first line (its `"seq":N` before the seal).

@@ -147,6 +147,20 @@ enum Replicas {
         return now
     }
 
+    /// Compactions the daemon finished (its log's `compacted:` lines).
+    static func compactions(_ daemon: DaemonProcess) -> Int {
+        daemon.stderrText.components(separatedBy: "compacted: snapshot at seq").count - 1
+    }
+
+    /// Whether a subscriber from `seq` needs the daemon's snapshot (its journal files, the one its
+    /// last compaction kept included, start after `seq`).
+    static func needsSnapshot(_ daemon: DaemonProcess, from seq: Int) throws -> Bool {
+        let reply = try Reply(LineClient(port: daemon.port).request(#"{"id":"f","method":"replication.subscribe","param":{"fromSequence":\#(seq)}}"#))
+        if reply.errorCode == "snapshotRequired" { return true }
+        guard reply.line.contains("subscribeResult") else { throw HarnessError("subscribe from \(seq): \(reply.line.prefix(300))") }
+        return false
+    }
+
     /// The number right after the last `text` in a daemon's log (`following HOST:PORT from sequence N`).
     static func loggedNumber(_ log: String, after text: String) -> Int? {
         guard let range = log.range(of: text, options: .backwards) else { return nil }
