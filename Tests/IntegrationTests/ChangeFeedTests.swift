@@ -193,6 +193,44 @@ struct ChangeFeedTests {
         expectError(try LineClient(port: daemon.port).request(Self.subscribe(from: restarted - 1)), code: "snapshotRequired", id: "f")
     }
 
+    @Test("a damaged line in the journal a compaction kept stops the feed that reads it, never reaching it; subscribers behind the snapshot then get the snapshot, a follower converges")
+    func damagedKeptJournal() throws {
+        let dirs = (0..<2).map { _ in JournalSupport.makeDataDir() }
+        defer { dirs.forEach(JournalSupport.remove) }
+        let daemon = try DaemonProcess(extraArguments: ["--compact-after-bytes", "20000"], dataDir: dirs[0])
+        defer { daemon.stop() }
+        var next = 0
+        while Replicas.compactions(daemon) == 0 && next < 5_000 {
+            try JournalSupport.createUsers(port: daemon.port, range: next..<(next + 10))
+            next += 10
+        }
+        let snapshot = try Replicas.settledSnapshotSequence(daemon)
+        // Record 5 of the kept journal, damaged in place ("User 4" -> "Uxer 4"): its checksum no longer matches.
+        let previous = dirs[0].appendingPathComponent("journal.prev.jsonl")
+        var bytes = try Data(contentsOf: previous)
+        let at = try #require(bytes.range(of: Data(#""name":"User 4""#.utf8)))
+        bytes[at.lowerBound + 9] = UInt8(ascii: "x")
+        try bytes.write(to: previous)
+
+        let feed = try LineClient(port: daemon.port, timeout: 30)
+        #expect(try feed.request(Self.subscribe(from: 0)).contains("subscribeResult"))
+        let stopped = expectError(try feed.expectLine(), code: "internal")
+        #expect(stopped?.errorMessage?.contains("the journal kept from before the last compaction is damaged") == true, "\(stopped?.line ?? "")")
+        #expect(stopped?.errorMessage?.contains("record 5 does not match its checksum") == true, "\(stopped?.line ?? "")")
+        #expect(daemon.stderrEventually(contains: "not reading the journal kept from before the last compaction any more"), "\(daemon.stderrTail())")
+        #expect(try Replicas.needsSnapshot(daemon, from: 0))
+        let again = try LineClient(port: daemon.port, timeout: 30)
+        #expect(try again.request(Self.subscribe(from: 4, snapshot: true)).contains("subscribeResult"))
+        #expect(try again.expectLine().contains(#""method":"replication.snapshotBegin","param":{"sequence":\#(snapshot),"#))
+
+        // A follower started empty is fed the snapshot, and its records are the leader's.
+        let follower = try Replicas.follower(of: daemon, dirs[1])
+        defer { follower.stop() }
+        try Replicas.waitForConvergence(leader: daemon, followers: [follower])
+        try Replicas.expectSameLists(daemon, [follower])
+        #expect(follower.stderrText.contains("caught up through a snapshot"), "\(follower.stderrTail())")
+    }
+
     @Test("a subscriber that falls behind compaction (and behind what memory keeps) is disconnected with a logged reason; it subscribes again with a snapshot")
     func behindCompaction() throws {
         try withDaemon(extraArguments: ["--compact-after-bytes", "1MiB"]) { daemon in

@@ -82,6 +82,59 @@ struct FeedTests {
         if case .gone = cursor.read(from: 3, durable: 60, maxBytes: 100) {} else { Issue.record("3 is before every journal") }
     }
 
+    @Test("files: the journal a compaction kept is read for records before the live journal's, then the live one on")
+    func cursorReadsKeptJournal() throws {
+        let dir = tempDir()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let files = DataFiles(path: dir)
+        try Data(lines(1...30) + Array("    ".utf8)).write(to: URL(fileURLWithPath: files.previousJournal))  // spaces a writer kept ahead
+        try Data(lines(31...40)).write(to: URL(fileURLWithPath: files.journal))
+        #expect(JournalCursor.firstSequence(in: files.previousJournal, maxLineBytes: 1 << 20) == 1)
+        let cursor = JournalCursor(files: files, maxLineBytes: 1 << 20)
+        var read: [UInt64] = []
+        var from: UInt64 = 25
+        while from <= 40, case .lines(let bytes, let last) = cursor.read(from: from, durable: 40, maxBytes: line(25).count * 4) {
+            read += seqs(bytes)
+            from = last + 1
+        }
+        #expect(read == Array(25...40))
+    }
+
+    @Test("files: a line that does not match its checksum, or is not the record its place says, is damage, named with its file")
+    func cursorReportsDamage() throws {
+        let dir = tempDir()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let files = DataFiles(path: dir)
+        var kept = lines(1...10)
+        let third = line(1).count + line(2).count + 20  // a byte inside record 3
+        kept[third] = kept[third] == UInt8(ascii: "x") ? UInt8(ascii: "y") : UInt8(ascii: "x")
+        try Data(kept).write(to: URL(fileURLWithPath: files.previousJournal))
+        try Data(lines(11...12) + line(14) + lines(15...16)).write(to: URL(fileURLWithPath: files.journal))
+        let cursor = JournalCursor(files: files, maxLineBytes: 1 << 20)
+        guard case .damaged(let why, let inKept) = cursor.read(from: 2, durable: 16, maxBytes: 1 << 20) else { Issue.record("record 3 is damaged"); return }
+        #expect(inKept && why == "\(files.previousJournal): record 3 does not match its checksum")
+        guard case .damaged(let gap, let keptGap) = cursor.read(from: 11, durable: 16, maxBytes: 1 << 20) else { Issue.record("13 is missing"); return }
+        #expect(!keptGap && gap == "\(files.journal): the line where record 13 belongs holds record 14")
+        #expect(JournalCursor.damage(in: lines(11...12), from: 11) == nil)
+    }
+
+    @Test("the files' bound: a compaction that kept the journal it replaced leaves earlier records readable; a damaged one, or none kept, moves the bound to the snapshot")
+    func filesFrom() {
+        let feed = ReplicationFeed(files: DataFiles(path: "/nonexistent"), durable: 100, snapshotSeq: 0, maxLineBytes: 1 << 20, log: Logger(level: .error))
+        feed.compacted(at: 100, keptFrom: 1)
+        #expect(feed.sequences.snapshot == 100 && feed.sequences.filesFrom == 0, "the first journal, from record 1, is kept")
+        feed.compacted(at: 250, keptFrom: 101)
+        #expect(feed.sequences.snapshot == 250 && feed.sequences.filesFrom == 100)
+        feed.abandonKeptJournal(because: "test")
+        #expect(feed.sequences.filesFrom == 250)
+        feed.compacted(at: 400, keptFrom: 251)
+        #expect(feed.sequences.filesFrom == 250)
+        feed.compacted(at: 500, keptFrom: nil)
+        #expect(feed.sequences.filesFrom == 500, "none kept")
+        feed.restarted(at: 42)
+        #expect(feed.sequences.filesFrom == 42 && feed.sequences.snapshot == 42)
+    }
+
     @Test("seq(ofLine:) reads the envelope's seq, not a param field named seq")
     func seqOfLine() {
         var out: [UInt8] = []

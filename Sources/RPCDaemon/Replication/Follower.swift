@@ -692,7 +692,7 @@ final class Follower: @unchecked Sendable {
                     guard end >= next else { next = last + 1; break }
                     try bytes.withUnsafeBytes { try FileIO.writeAll(fd, $0, path: path) }
                     next = end + 1
-                case .gone(let why), .failed(let why):
+                case .gone(let why), .failed(let why), .damaged(let why, _):
                     return .failure(FeedProblem(why))
                 }
             }

@@ -10,7 +10,9 @@ import Glibc
 /// where it stopped. Used on the feed's file queue only (reads can wait for the disk).
 ///
 /// Journal lines are numbered one by one, so the line of `seq` in a file that starts at `first` is
-/// line `seq - first`: finding it counts newlines, it parses no JSON.
+/// line `seq - first`: finding it counts newlines, it parses no JSON. Each line it returns has its
+/// checksum and sequence number checked: damage on the disk stops the feed here, with its reason,
+/// instead of reaching a follower as a record that does not apply.
 final class JournalCursor {
     private let files: DataFiles
     private var fd: Int32 = -1
@@ -37,6 +39,9 @@ final class JournalCursor {
         case gone(String)
         /// The file could not be read: why.
         case failed(String)
+        /// A line read is damaged (its checksum, or not the sequence number its place says): why,
+        /// and whether it is in the journal the last compaction kept (`journal.prev.jsonl`).
+        case damaged(String, kept: Bool)
     }
 
     /// Lines from `from` on, at most about `maxBytes` (at least one line) and none after `durable`.
@@ -52,6 +57,9 @@ final class JournalCursor {
             switch readLines(limit: durable - from + 1, maxBytes: maxBytes) {
             case .failed(let why): return .failed(why)
             case .lines(let bytes, let count) where count > 0:
+                if let damage = Self.damage(in: bytes, from: from) {
+                    return .damaged("\(path): \(damage)", kept: path == files.previousJournal)
+                }
                 return .lines(bytes, last: from + UInt64(count) - 1)
             case .lines:
                 // The end of this file: a compaction moved on to the next one. Find it again.
@@ -132,6 +140,28 @@ final class JournalCursor {
             return nil
         }
         return .gone("record \(target) is no longer in the journal: a compaction put it in the snapshot")
+    }
+
+    /// What is wrong with the first damaged line of `bytes` (whole lines, the first one record
+    /// `from`), or nil: each must match its checksum (lines written before checksums have none)
+    /// and carry the next sequence number.
+    static func damage(in bytes: [UInt8], from: UInt64) -> String? {
+        bytes.withUnsafeBytes { raw in
+            var start = 0
+            var expected = from
+            while let end = JournalReplay.newline(in: raw, from: start) {
+                let line = UnsafeRawBufferPointer(rebasing: raw[start..<end])
+                switch JournalRecord.checksum(of: line) {
+                case .valid, .absent: break
+                case .mismatch: return "record \(expected) does not match its checksum"
+                }
+                let seq = Self.seq(ofLine: bytes[start..<end])
+                guard seq == expected else { return "the line where record \(expected) belongs holds \(seq.map { "record \($0)" } ?? "no sequence number")" }
+                expected &+= 1
+                start = end + 1
+            }
+            return nil
+        }
     }
 
     /// The sequence number of the first line of the journal at `path` (nil: it has no whole line,

@@ -169,6 +169,11 @@ final class Subscriber: @unchecked Sendable {
         case .lines(let bytes, let last): return .lines(bytes, last: last)
         case .gone(let why): return .stop("it fell behind compaction (\(why))")
         case .failed(let why): return .stop(why)
+        case .damaged(let why, kept: false): return .stop("the journal is damaged (\(why)); run rpcd journal check on this daemon's data directory")
+        case .damaged(let why, kept: true):
+            // Only a copy: its records are in the snapshot too, which the next subscribe sends.
+            feed.abandonKeptJournal(because: why)
+            return .stop("the journal kept from before the last compaction is damaged (\(why))")
         }
     }
 
