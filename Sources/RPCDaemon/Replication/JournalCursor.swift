@@ -155,7 +155,8 @@ final class JournalCursor {
                 case .valid, .absent: break
                 case .mismatch: return "record \(expected) does not match its checksum"
                 }
-                let seq = Self.seq(ofLine: bytes[start..<end])
+                // The id (`"r<seq>"`) says it in a few bytes; a line of another shape is searched.
+                let seq = JournalRecord.feedRecordSequence(line) ?? Self.seq(ofLine: bytes[start..<end])
                 guard seq == expected else { return "the line where record \(expected) belongs holds \(seq.map { "record \($0)" } ?? "no sequence number")" }
                 expected &+= 1
                 start = end + 1
