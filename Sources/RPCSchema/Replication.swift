@@ -6,8 +6,8 @@
 /// `replication.subscribe {"fromSequence"?, "snapshot"?}` -> `replication.subscribeResult
 /// {"sequence", "snapshotSequence"}`, then, as requests: every durable mutation after
 /// `fromSequence` (after `sequence` when it is omitted), in journal order. A `fromSequence` older
-/// than the leader's journal files (below `snapshotSequence`, or below the journal it kept from
-/// before its last compaction) needs `"snapshot": true`: the leader then sends
+/// than the leader's journal files (its journal, and the one it kept from before its last
+/// compaction) needs `"snapshot": true`: the leader then sends
 /// `replication.snapshotBegin {"sequence", "records"}`, the snapshot's record lines,
 /// `replication.snapshotEnd {"sequence"}`, and the mutations after the snapshot.
 public struct ReplicationSubscribe: RPCCall, Hashable {

@@ -116,6 +116,8 @@ struct FeedTests {
         guard case .damaged(let gap, let keptGap) = cursor.read(from: 11, durable: 16, maxBytes: 1 << 20) else { Issue.record("13 is missing"); return }
         #expect(!keptGap && gap == "\(files.journal): the line where record 13 belongs holds record 14")
         #expect(JournalCursor.damage(in: lines(11...12), from: 11) == nil)
+        let unsealed = Array(#"{"id":"r11","method":"user.createUser","param":{"id":"u","name":"N","email":"e@x"},"seq":11}"#.utf8) + [10]
+        #expect(JournalCursor.damage(in: unsealed, from: 11) == "record 11 has no checksum", "a follower takes sealed records only")
     }
 
     @Test("the files' bound: a compaction that kept the journal it replaced leaves earlier records readable; a damaged one, or none kept, moves the bound to the snapshot")

@@ -143,8 +143,9 @@ final class JournalCursor {
     }
 
     /// What is wrong with the first damaged line of `bytes` (whole lines, the first one record
-    /// `from`), or nil: each must match its checksum (lines written before checksums have none)
-    /// and carry the next sequence number.
+    /// `from`), or nil: each must be sealed with its checksum, as a follower requires (a line
+    /// written before checksums, or with its seal damaged, has none), and carry the next
+    /// sequence number.
     static func damage(in bytes: [UInt8], from: UInt64) -> String? {
         bytes.withUnsafeBytes { raw in
             var start = 0
@@ -152,7 +153,8 @@ final class JournalCursor {
             while let end = JournalReplay.newline(in: raw, from: start) {
                 let line = UnsafeRawBufferPointer(rebasing: raw[start..<end])
                 switch JournalRecord.checksum(of: line) {
-                case .valid, .absent: break
+                case .valid: break
+                case .absent: return "record \(expected) has no checksum"
                 case .mismatch: return "record \(expected) does not match its checksum"
                 }
                 // The id (`"r<seq>"`) says it in a few bytes; a line of another shape is searched.
