@@ -193,6 +193,39 @@ struct ChangeFeedTests {
         expectError(try LineClient(port: daemon.port).request(Self.subscribe(from: restarted - 1)), code: "snapshotRequired", id: "f")
     }
 
+    @Test("a compaction drops the journal the last one kept when it begins (at its peak the disk holds two journals), and keeps the one it replaces")
+    func keptJournalDroppedWhenCompactionBegins() throws {
+        let dir = JournalSupport.makeDataDir()
+        defer { JournalSupport.remove(dir) }
+        let daemon = try DaemonProcess(
+            extraArguments: ["--compact-after-bytes", "20000"], dataDir: dir, environment: ["RPCD_TEST_COMPACTION_DELAY_MS": "1500"])
+        defer { daemon.stop() }
+        let previous = dir.appendingPathComponent("journal.prev.jsonl").path
+        let next = dir.appendingPathComponent("journal.next.jsonl").path
+        // Writes until a compaction begins (its next journal appears), then no more until it ends.
+        var count = 0
+        func writeUntilCompactionBegins() throws {
+            while !FileManager.default.fileExists(atPath: next) && count < 10_000 {
+                try JournalSupport.createUsers(port: daemon.port, range: count..<(count + 10))
+                count += 10
+            }
+        }
+        try writeUntilCompactionBegins()
+        #expect(eventually(timeout: 20) { Replicas.compactions(daemon) == 1 }, "\(daemon.stderrTail())")
+        let first = try Replicas.settledSnapshotSequence(daemon)
+        #expect(FileManager.default.fileExists(atPath: previous))
+        #expect(try !Replicas.needsSnapshot(daemon, from: 0))
+        // The second compaction waits 1.5 s before its snapshot: the kept journal is gone meanwhile.
+        try writeUntilCompactionBegins()
+        #expect(FileManager.default.fileExists(atPath: next) && !FileManager.default.fileExists(atPath: previous), "\(daemon.stderrTail())")
+        #expect(try Replicas.needsSnapshot(daemon, from: 0))
+        #expect(eventually(timeout: 20) { Replicas.compactions(daemon) == 2 }, "\(daemon.stderrTail())")
+        _ = try Replicas.settledSnapshotSequence(daemon)
+        let kept = try JournalSupport.lines(URL(fileURLWithPath: previous))
+        #expect(try Reply(kept[0]).object["seq"] as? Int == first + 1, "the journal the second compaction replaced")
+        #expect(try !Replicas.needsSnapshot(daemon, from: first))
+    }
+
     @Test("a damaged line in the journal a compaction kept stops the feed that reads it, never reaching it; subscribers behind the snapshot then get the snapshot, a follower converges")
     func damagedKeptJournal() throws {
         let dirs = (0..<2).map { _ in JournalSupport.makeDataDir() }

@@ -127,7 +127,7 @@ struct FeedTests {
         #expect(feed.sequences.snapshot == 100 && feed.sequences.filesFrom == 0, "the first journal, from record 1, is kept")
         feed.compacted(at: 250, keptFrom: 101)
         #expect(feed.sequences.snapshot == 250 && feed.sequences.filesFrom == 100)
-        feed.abandonKeptJournal(because: "test")
+        feed.stopReadingKeptJournal(because: "test")
         #expect(feed.sequences.filesFrom == 250)
         feed.compacted(at: 400, keptFrom: 251)
         #expect(feed.sequences.filesFrom == 250)

@@ -13,8 +13,8 @@ import Glibc
 ///     journal.next.jsonl   only during a compaction: mutations after the snapshot being written
 ///     snapshot.tmp         only during a compaction: the snapshot being written
 ///     journal.prev.jsonl   the journal before the last compaction, whose records the snapshot
-///                          holds: kept while the daemon runs for followers a little behind it
-///                          (never replayed; a start removes it)
+///                          holds: kept for followers a little behind it until the next
+///                          compaction begins (never replayed; a start removes it)
 final class DataDirectory: @unchecked Sendable {
     // @unchecked: every stored property is immutable; the lock fd stays open for the process's life.
     let path: String

@@ -46,6 +46,7 @@ extension Journal {
     func compact(_ capture: @Sendable () -> (Entities, UInt64)?) {
         let started = DispatchTime.now()
         guard let (state, seq) = capture() else { return }
+        dropKeptJournal()
         if Faults.shared.compactionDelayMicroseconds > 0 { usleep(Faults.shared.compactionDelayMicroseconds) }  // tests only
         do {
             // The last copy of the captured state: the snapshot lets go of each shard once written.
@@ -84,6 +85,14 @@ extension Journal {
         feed?.compacted(at: seq, keptFrom: kept)
         let ms = (DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1_000_000
         log.info("compacted: snapshot at seq \(seq) (\(bytes) bytes) in \(ms) ms; journal restarted")
+    }
+
+    /// The journal the last compaction kept goes before this one writes its snapshot, so at its
+    /// peak the disk holds what it did before journals were kept (this one keeps the current
+    /// journal at its end). Subscribers behind the snapshot get the snapshot meanwhile.
+    private func dropKeptJournal() {
+        feed?.stopReadingKeptJournal(because: nil)
+        try? FileIO.unlink(directory.previousJournal)
     }
 
     /// The journal the compaction replaces stays as `journal.prev.jsonl` (a second name, so

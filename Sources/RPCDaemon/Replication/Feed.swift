@@ -124,15 +124,18 @@ final class ReplicationFeed: @unchecked Sendable {
         }
     }
 
-    /// The journal the last compaction kept is damaged (`why`): subscribers from before the
-    /// snapshot get the snapshot until the next compaction keeps another one.
-    func abandonKeptJournal(because why: String) {
+    /// The journal the last compaction kept is going (a compaction starts), or is damaged
+    /// (`why`, logged): subscribers from before the snapshot get the snapshot until the next
+    /// compaction keeps another one.
+    func stopReadingKeptJournal(because why: String?) {
         let dropped: Bool = lock.withLock {
             guard filesFrom < snapshotSeq else { return false }
             filesFrom = snapshotSeq
             return true
         }
-        if dropped { log.warning("replication: not reading the journal kept from before the last compaction any more: \(why); subscribers behind the snapshot get the snapshot") }
+        if dropped, let why {
+            log.warning("replication: not reading the journal kept from before the last compaction any more: \(why); subscribers behind the snapshot get the snapshot")
+        }
     }
 
     // MARK: - For subscribers

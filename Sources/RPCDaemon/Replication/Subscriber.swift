@@ -172,7 +172,7 @@ final class Subscriber: @unchecked Sendable {
         case .damaged(let why, kept: false): return .stop("the journal is damaged (\(why)); run rpcd journal check on this daemon's data directory")
         case .damaged(let why, kept: true):
             // Only a copy: its records are in the snapshot too, which the next subscribe sends.
-            feed.abandonKeptJournal(because: why)
+            feed.stopReadingKeptJournal(because: why)
             return .stop("the journal kept from before the last compaction is damaged (\(why))")
         }
     }
