@@ -153,10 +153,7 @@ struct ChangeFeedTests {
         defer { daemon.stop() }
         // Writes until `count` compactions are done and settled (no rotation under way).
         func write(until count: Int, from start: inout Int) throws {
-            while Replicas.compactions(daemon) < count && start < 5_000 {
-                try JournalSupport.createUsers(port: daemon.port, range: start..<(start + 10))
-                start += 10
-            }
+            try JournalSupport.createUsers(port: daemon.port, from: &start) { Replicas.compactions(daemon) >= count }
             #expect(Replicas.compactions(daemon) == count, "\(daemon.stderrTail())")
             _ = try Replicas.settledSnapshotSequence(daemon)
         }
@@ -205,10 +202,7 @@ struct ChangeFeedTests {
         // Writes until a compaction begins (its next journal appears), then no more until it ends.
         var count = 0
         func writeUntilCompactionBegins() throws {
-            while !FileManager.default.fileExists(atPath: next) && count < 10_000 {
-                try JournalSupport.createUsers(port: daemon.port, range: count..<(count + 10))
-                count += 10
-            }
+            try JournalSupport.createUsers(port: daemon.port, from: &count) { FileManager.default.fileExists(atPath: next) }
         }
         try writeUntilCompactionBegins()
         #expect(eventually(timeout: 20) { Replicas.compactions(daemon) == 1 }, "\(daemon.stderrTail())")
@@ -233,10 +227,7 @@ struct ChangeFeedTests {
         let daemon = try DaemonProcess(extraArguments: ["--compact-after-bytes", "20000"], dataDir: dirs[0])
         defer { daemon.stop() }
         var next = 0
-        while Replicas.compactions(daemon) == 0 && next < 5_000 {
-            try JournalSupport.createUsers(port: daemon.port, range: next..<(next + 10))
-            next += 10
-        }
+        try JournalSupport.createUsers(port: daemon.port, from: &next) { Replicas.compactions(daemon) > 0 }
         let snapshot = try Replicas.settledSnapshotSequence(daemon)
         // Record 5 of the kept journal, damaged in place ("User 4" -> "Uxer 4"): its checksum no longer matches.
         let previous = dirs[0].appendingPathComponent("journal.prev.jsonl")

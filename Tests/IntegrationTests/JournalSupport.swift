@@ -33,6 +33,15 @@ enum JournalSupport {
         return acked
     }
 
+    /// Creates users ten at a time from `next` on (moving it) until `done` holds, or 10,000 are
+    /// made: enough to reach a compaction the test waits for, and no more.
+    static func createUsers(port: Int, from next: inout Int, until done: () -> Bool) throws {
+        while !done() && next < 10_000 {
+            try createUsers(port: port, range: next..<(next + 10))
+            next += 10
+        }
+    }
+
     /// Every user id, read with one `listUsers`.
     static func userIDs(port: Int) throws -> Set<String> {
         let client = try LineClient(port: port, timeout: 30)
