@@ -88,9 +88,13 @@ package enum SystemMethods {
             }
             after = UInt64(from)
         }
-        let snapshotFirst = after < filesFrom
+        // A daemon (it sends its terms) is fed from the journal the last compaction kept too, so
+        // a follower a little behind the snapshot does not copy the whole state; any other
+        // subscriber from the live journal, as `snapshotSequence` tells it.
+        let journalStart = p.terms == nil ? snapshot : filesFrom
+        let snapshotFirst = after < journalStart
         if snapshotFirst && p.snapshot != true {
-            return .failure(.snapshotRequired("records up to \(filesFrom) are only in this daemon's snapshot (its journal files start at \(filesFrom + 1)); subscribe with \"snapshot\": true to receive the snapshot first, or from \(filesFrom) or later"))
+            return .failure(.snapshotRequired("records up to \(journalStart) are only in this daemon's snapshot (its journal starts at \(journalStart + 1)); subscribe with \"snapshot\": true to receive the snapshot first, or from \(journalStart) or later"))
         }
         session.feed = Session.FeedStart(after: after, snapshotFirst: snapshotFirst, replica: p.terms != nil, member: p.member)
         return .now(result)

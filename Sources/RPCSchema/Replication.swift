@@ -5,9 +5,9 @@
 ///
 /// `replication.subscribe {"fromSequence"?, "snapshot"?}` -> `replication.subscribeResult
 /// {"sequence", "snapshotSequence"}`, then, as requests: every durable mutation after
-/// `fromSequence` (after `sequence` when it is omitted), in journal order. A `fromSequence` older
-/// than the leader's journal files (its journal, and the one it kept from before its last
-/// compaction) needs `"snapshot": true`: the leader then sends
+/// `fromSequence` (after `sequence` when it is omitted), in journal order. A `fromSequence` below
+/// `snapshotSequence` needs `"snapshot": true` (a daemon, which sends its `terms`, only below the
+/// journal the leader kept from before its last compaction): the leader then sends
 /// `replication.snapshotBegin {"sequence", "records"}`, the snapshot's record lines,
 /// `replication.snapshotEnd {"sequence"}`, and the mutations after the snapshot.
 public struct ReplicationSubscribe: RPCCall, Hashable {
@@ -67,8 +67,8 @@ public struct ReplicationTerm: Codable, Hashable, Sendable {
 public struct SubscribeResult: Codable, Hashable, Sendable {
     /// The leader's last durable sequence number when the subscription started.
     public var sequence: Int
-    /// The sequence number its snapshot covers (0: no snapshot). Mutations up to it may come only
-    /// in a snapshot: the leader keeps the journal before its last compaction, not older ones.
+    /// The sequence number its snapshot covers (0: no snapshot): mutations up to it come only in a
+    /// snapshot (to a daemon, those the journal kept from before the last compaction does not hold).
     public var snapshotSequence: Int
     /// The leader's term and term id (absent before its first term).
     public var term: Int?

@@ -7,9 +7,9 @@ import RPCTransport
 /// The change feed of `replication.subscribe`: every durable journal batch, kept in memory for a
 /// while and handed to each subscriber's connection as its output drains. A subscriber that falls
 /// behind what memory keeps is fed from the journal files (on a queue of their own: reads can wait
-/// for the disk), the journal a compaction replaced included (`journal.prev.jsonl`); one whose next
-/// record is in no file but the snapshot is disconnected with a logged reason (it subscribes
-/// again, with a snapshot).
+/// for the disk), the journal a compaction replaced included (`journal.prev.jsonl`, where a daemon
+/// may also start); one whose next record is in no file but the snapshot is disconnected with a
+/// logged reason (it subscribes again, with a snapshot).
 ///
 /// Bounded: memory keeps `maxMemoryBytes` of batches for everyone, and only while a subscriber is
 /// attached or left less than `backlogSeconds` ago (a leader nobody follows keeps none, as Redis

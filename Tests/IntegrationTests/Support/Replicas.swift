@@ -152,10 +152,11 @@ enum Replicas {
         daemon.stderrText.components(separatedBy: "compacted: snapshot at seq").count - 1
     }
 
-    /// Whether a subscriber from `seq` needs the daemon's snapshot (its journal files, the one its
-    /// last compaction kept included, start after `seq`).
+    /// Whether a follower from `seq` needs the daemon's snapshot (its journal files, the one its
+    /// last compaction kept included, start after `seq`). It subscribes as a daemon does, with its
+    /// terms (none).
     static func needsSnapshot(_ daemon: DaemonProcess, from seq: Int) throws -> Bool {
-        let reply = try Reply(LineClient(port: daemon.port).request(#"{"id":"f","method":"replication.subscribe","param":{"fromSequence":\#(seq)}}"#))
+        let reply = try Reply(LineClient(port: daemon.port).request(ChangeFeedTests.daemonSubscribe(from: seq)))
         if reply.errorCode == "snapshotRequired" { return true }
         guard reply.line.contains("subscribeResult") else { throw HarnessError("subscribe from \(seq): \(reply.line.prefix(300))") }
         return false
