@@ -89,7 +89,6 @@ struct FeedTests {
         let files = DataFiles(path: dir)
         try Data(lines(1...30) + Array("    ".utf8)).write(to: URL(fileURLWithPath: files.previousJournal))  // spaces a writer kept ahead
         try Data(lines(31...40)).write(to: URL(fileURLWithPath: files.journal))
-        #expect(JournalCursor.firstSequence(in: files.previousJournal, maxLineBytes: 1 << 20) == 1)
         let cursor = JournalCursor(files: files, maxLineBytes: 1 << 20)
         var read: [UInt64] = []
         var from: UInt64 = 25
@@ -123,15 +122,15 @@ struct FeedTests {
     @Test("the files' bound: a compaction that kept the journal it replaced leaves earlier records readable; a damaged one, or none kept, moves the bound to the snapshot")
     func filesFrom() {
         let feed = ReplicationFeed(files: DataFiles(path: "/nonexistent"), durable: 100, snapshotSeq: 0, maxLineBytes: 1 << 20, log: Logger(level: .error))
-        feed.compacted(at: 100, keptFrom: 1)
+        feed.compacted(at: 100, keptJournal: true)
         #expect(feed.sequences.snapshot == 100 && feed.sequences.filesFrom == 0, "the first journal, from record 1, is kept")
-        feed.compacted(at: 250, keptFrom: 101)
+        feed.compacted(at: 250, keptJournal: true)
         #expect(feed.sequences.snapshot == 250 && feed.sequences.filesFrom == 100)
         feed.stopReadingKeptJournal(because: "test")
         #expect(feed.sequences.filesFrom == 250)
-        feed.compacted(at: 400, keptFrom: 251)
+        feed.compacted(at: 400, keptJournal: true)
         #expect(feed.sequences.filesFrom == 250)
-        feed.compacted(at: 500, keptFrom: nil)
+        feed.compacted(at: 500, keptJournal: false)
         #expect(feed.sequences.filesFrom == 500, "none kept")
         feed.restarted(at: 42)
         #expect(feed.sequences.filesFrom == 42 && feed.sequences.snapshot == 42)

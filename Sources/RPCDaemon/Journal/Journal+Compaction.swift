@@ -82,7 +82,7 @@ extension Journal {
         filePath = directory.journal
         snapshotBytes = bytes
         lock.withLock { snapshotSequence = seq }
-        feed?.compacted(at: seq, keptFrom: kept)
+        feed?.compacted(at: seq, keptJournal: kept)
         let ms = (DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1_000_000
         log.info("compacted: snapshot at seq \(seq) (\(bytes) bytes) in \(ms) ms; journal restarted")
     }
@@ -97,17 +97,17 @@ extension Journal {
 
     /// The journal the compaction replaces stays as `journal.prev.jsonl` (a second name, so
     /// `journal.jsonl` is never missing), replacing the one before: a follower that fell a little
-    /// behind the new snapshot gets the records it misses from it, not the whole snapshot. Its
-    /// first sequence number, or nil when none is kept (best effort: the data is in the snapshot).
-    private func keepPreviousJournal() -> UInt64? {
+    /// behind the new snapshot gets the records it misses from it, not the whole snapshot (the
+    /// one before went when this compaction began). Whether it was kept (best effort: the data is
+    /// in the snapshot).
+    private func keepPreviousJournal() -> Bool {
         do {
-            try? FileIO.unlink(directory.previousJournal)
             try FileIO.link(directory.journal, directory.previousJournal)
+            return true
         } catch {
             log.debug("compaction: not keeping the old journal for followers: \(error)")
-            return nil
+            return false
         }
-        return JournalCursor.firstSequence(in: directory.previousJournal, maxLineBytes: SnapshotCursor.maxRecordLineBytes)
     }
 
     // MARK: - A follower's snapshot

@@ -114,13 +114,13 @@ final class ReplicationFeed: @unchecked Sendable {
         }
     }
 
-    /// The snapshot moved on to `seq` (a compaction), and the journal it replaced, whose first
-    /// record is `kept`, stayed (nil: it did not): records after `kept - 1` are still in files.
-    func compacted(at seq: UInt64, keptFrom kept: UInt64?) {
+    /// The snapshot moved on to `seq` (a compaction), and the journal it replaced stayed or not.
+    /// That journal began right after the snapshot before (each compaction restarts it there), so
+    /// the records after that snapshot are still in files.
+    func compacted(at seq: UInt64, keptJournal kept: Bool) {
         lock.withLock {
+            filesFrom = max(filesFrom, kept ? snapshotSeq : seq)
             snapshotSeq = max(snapshotSeq, seq)
-            // What the files held before stays in them unless no journal was kept.
-            filesFrom = max(filesFrom, min(seq, kept.map { $0 &- 1 } ?? seq))
         }
     }
 

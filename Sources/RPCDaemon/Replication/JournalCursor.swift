@@ -167,15 +167,6 @@ final class JournalCursor {
         }
     }
 
-    /// The sequence number of the first line of the journal at `path` (nil: it has no whole line,
-    /// or cannot be read).
-    static func firstSequence(in path: String, maxLineBytes: Int) -> UInt64? {
-        guard let file = try? FileIO.open(path, O_RDONLY) else { return nil }
-        let cursor = JournalCursor(files: DataFiles(path: FileIO.directory(of: path)), maxLineBytes: maxLineBytes)
-        (cursor.fd, cursor.path) = (file, path)
-        return cursor.firstSeq()  // its deinit closes the file
-    }
-
     /// The sequence number of the file's first line (its `"seq":N` before the seal).
     private func firstSeq() -> UInt64? {
         guard case .lines(let bytes, let count) = readLines(limit: 1, maxBytes: 64 << 10), count == 1 else { return nil }
