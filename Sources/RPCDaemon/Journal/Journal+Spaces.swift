@@ -47,8 +47,9 @@ extension Journal {
         }
     }
 
-    /// Batches in a row (one `drain`) before spaces are written ahead: a lone mutation, or a
-    /// few, leave the journal as lines only.
+    /// Batches with no rest of `idleCut` between them before spaces are written ahead: a lone
+    /// mutation, or a few, leave the journal as lines only. Counted across the writer's drains: a
+    /// load that comes in bursts (a follower's, a rate-limited one) ends a drain between batches.
     static let sustainedBatches = 8
     /// Bytes of spaces kept ahead of the journal's end; 1 MiB is written and synced in ~0.8 ms.
     static let spaceAhead = 1 << 20
@@ -57,11 +58,22 @@ extension Journal {
     /// would otherwise cut and rewrite them).
     static let idleCut: DispatchTimeInterval = .milliseconds(20)
 
-    /// Cuts the spaces ahead once no batch was written for `idleCut`.
+    /// Once no batch was written for `idleCut`, cuts the spaces ahead and counts the load from
+    /// there. One check at a time, put off while batches go on: a timer per drain cost a wake of
+    /// libdispatch's timer thread and of a worker each time the writer went idle between batches.
     func cutSpacesWhenIdle() {
-        let written = batchesWritten
+        guard !restCheckArmed else { return }
+        restCheckArmed = true
+        checkRest(since: batchesWritten)
+    }
+
+    /// On the writer's queue, so never during a drain.
+    private func checkRest(since written: Int) {
         queue.asyncAfter(deadline: .now() + Self.idleCut) { [weak self] in
-            guard let self, self.batchesWritten == written, !self.closed else { return }
+            guard let self, !self.closed else { return }
+            guard self.batchesWritten == written else { return self.checkRest(since: self.batchesWritten) }
+            self.restCheckArmed = false
+            self.restedAt = written
             self.cutSpaces()
         }
     }

@@ -13,7 +13,6 @@ extension Journal {
         dispatchPrecondition(condition: .onQueue(queue))
         var wrote = false
         var released: (records: UInt64, syncNanoseconds: UInt64) = (0, 0)
-        let firstBatch = batchesWritten
         while true {
             // Group commit: after an fsync, the mutations that arrived during it make the next
             // batch. With a delay set, the writer first waits for more to join them, when some
@@ -57,10 +56,10 @@ extension Journal {
             for done in ready { done(result) }
             if failure == nil {
                 maybeCompact()
-                if batchesWritten &- firstBatch >= Self.sustainedBatches { keepSpaceAhead() }
+                if batchesWritten &- restedAt >= Self.sustainedBatches { keepSpaceAhead() }
             }
         }
-        if spaceEnd > journalBytes { cutSpacesWhenIdle() }
+        if wrote || spaceEnd > journalBytes { cutSpacesWhenIdle() }
     }
 
     /// After a batch of `records` whose write and fsync took `nanoseconds`, waits (that long

@@ -62,6 +62,10 @@ final class Journal: MutationLog, @unchecked Sendable {
     // Writer queue only.
     /// Batches written since the start (`cutSpacesWhenIdle` tells a pause from a load).
     var batchesWritten = 0
+    /// `batchesWritten` when the writer last rested `idleCut`: a load is sustained from there.
+    var restedAt = 0
+    /// A check for the writer's rest is scheduled (`cutSpacesWhenIdle`): one at a time.
+    var restCheckArmed = false
     /// Writing spaces ahead failed once: no more (`keepSpaceAhead`).
     var spacesDisabled = false
     var fd: Int32
