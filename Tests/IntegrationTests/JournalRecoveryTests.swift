@@ -154,6 +154,27 @@ struct JournalRecoveryTests {
         #expect(all.isSuperset(of: Set(acked.current)) && !fourth.stderrText.contains("spaces written ahead"), "stderr: \(fourth.stderrTail())")
     }
 
+    @Test("one client creating one user at a time (the writer idle between batches) gets spaces ahead too, cut once it pauses; every create is kept")
+    func spacesAheadForOneClient() throws {
+        let dir = JournalSupport.makeDataDir()
+        defer { JournalSupport.remove(dir) }
+        let journal = JournalSupport.journal(dir)
+        let daemon = try DaemonProcess(dataDir: dir)
+        let acked = Locked<[String]>([])
+        // A drain of the writer holds one batch here: counted per drain, no load was ever sustained.
+        let load = Self.load(port: daemon.port, prefix: "o", connections: 1, count: 100_000, acked: acked)
+        #expect(eventually(timeout: 30, every: 0.001) { Self.lastByte(journal) == UInt8(ascii: " ") }, "no spaces ahead under one client's load")
+        daemon.stop()  // SIGKILL
+        _ = load.wait(timeout: 60)
+
+        let second = try DaemonProcess(dataDir: dir)
+        defer { second.stop() }
+        #expect(try JournalSupport.userIDs(port: second.port).isSuperset(of: Set(acked.current)), "stderr: \(second.stderrTail())")
+        let few = Self.load(port: second.port, prefix: "p", connections: 1, count: 50, acked: acked)
+        #expect(few.wait(timeout: 60) == true)
+        #expect(eventually(timeout: 5, every: 0.001) { Self.lastByte(journal) == UInt8(ascii: "\n") }, "the spaces were not cut once idle")
+    }
+
     @Test("a journal rotated under load (compaction) is cut to its last line before the next one starts: stopped right after the rotation (test hook), it ends in a newline")
     func spacesCutAtRotation() throws {
         let dir = JournalSupport.makeDataDir()
