@@ -423,6 +423,15 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
 
     /// Sends one line that expects no answer (a counter-request), after every call handed
     /// before it. Dropped when not connected. Call from anywhere.
+    /// `sendUnanswered`, written now, from the client's queue (a feed's handler): no hop.
+    func sendUnansweredNow(_ line: [UInt8]) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard case .connected(let connection) = state else { return }
+        handedBytes += UInt64(line.count)
+        connection.send(line)
+        connection.flush()
+    }
+
     func sendUnanswered(_ line: [UInt8]) {
         queue.async { [self] in
             guard case .connected(let connection) = state else { return }

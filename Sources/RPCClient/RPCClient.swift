@@ -217,6 +217,9 @@ public final class RPCClient: Sendable {
     /// Sends a counter-request line (with its `\n`): an acknowledgement, never answered.
     package func sendCounterRequest(_ line: [UInt8]) { core.sendUnanswered(line) }
 
+    /// `sendCounterRequest`, written at once: only from a feed handler (the client's queue).
+    package func sendCounterRequestNow(_ line: [UInt8]) { core.sendUnansweredNow(line) }
+
     /// Fails every call in flight with `.connectionClosed` and closes the connection. Later calls
     /// fail at once, also with `.connectionClosed`. Also done when the client is released.
     public func close() { core.close() }

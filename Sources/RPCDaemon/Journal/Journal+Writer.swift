@@ -9,7 +9,9 @@ import RPCTransport
 extension Journal {
     // MARK: - Writer (on `queue`)
 
-    func drain() {
+    /// Writes batches until none is pending. `waitingForMore` false (a follower's pass that
+    /// writes its own records): no wait for more to join a batch, none will come meanwhile.
+    func drain(waitingForMore: Bool = true) {
         dispatchPrecondition(condition: .onQueue(queue))
         var wrote = false
         var released: (records: UInt64, syncNanoseconds: UInt64) = (0, 0)
@@ -19,7 +21,9 @@ extension Journal {
             // are waiting already: fewer fsyncs (and fewer wake-ups and reply flushes) per
             // mutation under deep pipelines, at the price of the delay on every durable reply.
             // A mutation that finds the writer idle is never delayed.
-            if wrote, groupCommitDelayMicroseconds > 0, lock.withLock({ commit.hasPending }) {
+            if !waitingForMore {
+                // A follower's pass: its records are all appended.
+            } else if wrote, groupCommitDelayMicroseconds > 0, lock.withLock({ commit.hasPending }) {
                 usleep(groupCommitDelayMicroseconds)
             } else if wrote, policy == .always, groupCommitDelayMicroseconds == 0 {
                 awaitReturning(released.records, for: released.syncNanoseconds)

@@ -13,7 +13,9 @@ import RPCTransport
 ///
 /// Records are applied in order on the follower's queue, as their bytes: the lines of a read are
 /// kept together, applied under one hold of the state lock as a restart replays them, journaled
-/// as they came, and acknowledged once for the lot. A record that does not follow the last one
+/// as they came, and acknowledged once for the lot. At the leader's pace (a read of one batch or
+/// so) the reading thread writes, syncs and acknowledges them itself; a backlog goes to the
+/// journal's writer, whose fsync overlaps the next read's apply. A record that does not follow the last one
 /// (a gap) or does not apply (divergence) stops following with a logged reason, never a silent
 /// skip. The queue holds at most `maxInbox` entries and `maxInboxBytes` of lines: past that the
 /// client stops reading and the leader's sends wait in TCP (the leader then feeds from its files).
@@ -91,6 +93,13 @@ final class Follower: @unchecked Sendable {
     private var scratch: [UInt8] = []
     /// A record is waiting (the journal is behind, or a snapshot is being installed).
     private var blocked = false
+    /// The pass under way runs in the client's read turn (`readEnded`), on its queue.
+    private var inReadTurn = false
+    /// A pass in a read turn with at most this much of lines writes its records itself
+    /// (`Journal.endInlinePass`): the leader's pace. A larger one, a backlog, leaves them to the
+    /// writer, whose fsync then overlaps the next pass's apply (catch-up ran at 0.6 of its speed
+    /// with each pass's fsync on the reading thread).
+    static let inlinePassBytes = 32 << 10
 
     /// TLS to a `tls:HOST:PORT` leader: its certificate verified before the token is sent (a
     /// leader at a plain `HOST:PORT` is followed over TCP).
@@ -373,7 +382,13 @@ final class Follower: @unchecked Sendable {
             draining = true
             return true
         }
-        if run { queue.sync { drain() } }
+        if run {
+            queue.sync {
+                inReadTurn = true
+                drain()
+                inReadTurn = false
+            }
+        }
     }
 
     /// Applies what the inbox holds, in order, until it is empty or a record must wait.
@@ -397,13 +412,15 @@ final class Follower: @unchecked Sendable {
                 return (Array(inbox[inboxHead...]), resume)
             }
             guard !batch.isEmpty else { return }
+            let inline = inReadTurn && batch.reduce(0, { $0 + $1.lines.count }) <= Self.inlinePassBytes
+            if inline { journal.beginInlinePass() }
             var done = 0
             for entry in batch {
                 let handled = entry.request.map { handle($0, body: entry.body) } ?? (entry.snapshot ? applySnapshotLines(entry.lines) : applyLines(entry.lines))
                 guard handled else { break }  // blocked: it stays first in the inbox
                 done += 1
             }
-            flushAcknowledgements()
+            flushAcknowledgements(written: inline && journal.endInlinePass())
             lock.withLock {
                 applied = appliedHere
                 leaderSequence = max(leaderSequence ?? 0, appliedHere)
@@ -602,11 +619,17 @@ final class Follower: @unchecked Sendable {
 
     /// Sends the acknowledgement of this pass (for its last record: the leader reads it as all of
     /// them) once that record is durable: one wait for the journal, and one line, per pass.
-    private func flushAcknowledgements() {
+    /// `written`: this pass wrote its records on the client's queue (`Journal.endInlinePass`), so
+    /// the acknowledgement goes out from here too.
+    private func flushAcknowledgements(written: Bool = false) {
         guard let through = ackThrough else { return }
         ackThrough = nil
         var lines: [UInt8] = []
         Self.acknowledge(id: "r\(through.seq)", method: through.method, seq: through.seq, into: &lines)
+        if written, acksTicket.map(journal.isDurable) ?? true {
+            acksTicket = nil
+            return lock.withLock { client }?.sendCounterRequestNow(lines) ?? ()
+        }
         guard let ticket = acksTicket else { return send(lines) }
         acksTicket = nil
         journal.whenDurable(ticket) { [self, lines] failure in
