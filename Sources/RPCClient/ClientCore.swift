@@ -421,9 +421,8 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         }
     }
 
-    /// Sends one line that expects no answer (a counter-request), after every call handed
-    /// before it. Dropped when not connected. Call from anywhere.
-    /// `sendUnanswered`, written now, from the client's queue (a feed's handler): no hop.
+    /// `sendUnanswered`, written now: only from the client's queue (a feed's handler), where it
+    /// saves the hop to the queue and the wake of a thread for it.
     func sendUnansweredNow(_ line: [UInt8]) {
         dispatchPrecondition(condition: .onQueue(queue))
         guard case .connected(let connection) = state else { return }
@@ -432,6 +431,8 @@ final class ClientCore: ConnectionDelegate, @unchecked Sendable {
         connection.flush()
     }
 
+    /// Sends one line that expects no answer (a counter-request), after every call handed
+    /// before it. Dropped when not connected. Call from anywhere.
     func sendUnanswered(_ line: [UInt8]) {
         queue.async { [self] in
             guard case .connected(let connection) = state else { return }

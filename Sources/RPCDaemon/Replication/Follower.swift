@@ -15,10 +15,11 @@ import RPCTransport
 /// kept together, applied under one hold of the state lock as a restart replays them, journaled
 /// as they came, and acknowledged once for the lot. At the leader's pace (a read of one batch or
 /// so) the reading thread writes, syncs and acknowledges them itself; a backlog goes to the
-/// journal's writer, whose fsync overlaps the next read's apply. A record that does not follow the last one
-/// (a gap) or does not apply (divergence) stops following with a logged reason, never a silent
-/// skip. The queue holds at most `maxInbox` entries and `maxInboxBytes` of lines: past that the
-/// client stops reading and the leader's sends wait in TCP (the leader then feeds from its files).
+/// journal's writer, whose fsync overlaps the next read's apply. A record that does not follow
+/// the last one (a gap) or does not apply (divergence) stops following with a logged reason,
+/// never a silent skip. The queue holds at most `maxInbox` entries and `maxInboxBytes` of lines:
+/// past that the client stops reading and the leader's sends wait in TCP (the leader then feeds
+/// from its files).
 final class Follower: @unchecked Sendable {
     // @unchecked: the vars marked "guarded" are guarded by `lock`; the ones marked "queue only" are
     // touched on `queue`.
