@@ -98,8 +98,8 @@ final class Follower: @unchecked Sendable {
     private var inReadTurn = false
     /// A pass in a read turn with at most this much of lines writes its records itself
     /// (`Journal.endInlinePass`): the leader's pace. A larger one, a backlog, leaves them to the
-    /// writer, whose fsync then overlaps the next pass's apply (catch-up ran at 0.6 of its speed
-    /// with each pass's fsync on the reading thread).
+    /// writer, whose fsync then overlaps the next pass's apply (catch-up ran at two thirds of its
+    /// speed with each pass's fsync on the reading thread).
     static let inlinePassBytes = 32 << 10
 
     /// TLS to a `tls:HOST:PORT` leader: its certificate verified before the token is sent (a
