@@ -258,7 +258,7 @@ struct ChangeFeedTests {
         defer { follower.stop() }
         try Replicas.waitForConvergence(leader: daemon, followers: [follower])
         try Replicas.expectSameLists(daemon, [follower])
-        #expect(follower.stderrText.contains("caught up through a snapshot"), "\(follower.stderrTail())")
+        #expect(follower.stderrEventually(contains: "caught up through a snapshot", timeout: 30), "\(follower.stderrTail())")
     }
 
     @Test("a subscriber that falls behind compaction (and behind what memory keeps) is disconnected with a logged reason; it subscribes again with a snapshot")

@@ -254,7 +254,7 @@ struct FollowerTests {
         let follower = try Replicas.follower(of: leader, dirs[1])
         defer { follower.stop() }
         try Replicas.waitForConvergence(leader: leader, followers: [follower])
-        #expect(follower.stderrText.contains("caught up through a snapshot at sequence 300001"), "\(follower.stderrTail())")
+        #expect(follower.stderrEventually(contains: "caught up through a snapshot at sequence 300001", timeout: 30), "\(follower.stderrTail())")
         // The release runs off the follower's queue, right after it installed the snapshot.
         var figures = ""
         let gaveBack = try eventually(timeout: 5) {
