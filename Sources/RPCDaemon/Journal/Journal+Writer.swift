@@ -20,12 +20,11 @@ extension Journal {
             // batch. With a delay set, the writer first waits for more to join them, when some
             // are waiting already: fewer fsyncs (and fewer wake-ups and reply flushes) per
             // mutation under deep pipelines, at the price of the delay on every durable reply.
-            // A mutation that finds the writer idle is never delayed.
-            if !waitingForMore {
-                // A follower's pass: its records are all appended.
-            } else if wrote, groupCommitDelayMicroseconds > 0, lock.withLock({ commit.hasPending }) {
+            // A mutation that finds the writer idle is never delayed, nor a follower's pass
+            // (`waitingForMore` false), whose records are all appended.
+            if wrote, waitingForMore, groupCommitDelayMicroseconds > 0, lock.withLock({ commit.hasPending }) {
                 usleep(groupCommitDelayMicroseconds)
-            } else if wrote, policy == .always, groupCommitDelayMicroseconds == 0 {
+            } else if wrote, waitingForMore, policy == .always, groupCommitDelayMicroseconds == 0 {
                 awaitReturning(released.records, for: released.syncNanoseconds)
                 awaitPassEnd(for: released.syncNanoseconds)
             }

@@ -183,14 +183,17 @@ final class Journal: MutationLog, @unchecked Sendable {
     /// thread, a syscall the other loops would wait behind). Whoever calls first after the
     /// record does it, once. Ends a pass too: a writer waiting for it (`awaitPassEnd`) is woken.
     func recorded() {
-        let (start, wake) = lock.withLock {
-            guard !inlinePass else { return (false, false) }  // the pass's end does it
-            defer { (writerStartPending, writerWakePending) = (false, false) }
-            let passWake = commit.passEnded()
-            return (writerStartPending, writerWakePending || passWake)
-        }
+        let (start, wake) = lock.withLock { inlinePass ? (false, false) : takeWriterNeeds() }  // a pass's end does it
         if start { queue.async { self.drain() } }
         if wake { returned.signal() }
+    }
+
+    /// Under `lock`: whether the writer is to be started or woken, as the records appended since
+    /// the last call asked (once), and the pass that appended them is over.
+    private func takeWriterNeeds() -> (start: Bool, wake: Bool) {
+        defer { (writerStartPending, writerWakePending) = (false, false) }
+        let passWake = commit.passEnded()
+        return (writerStartPending, writerWakePending || passWake)
     }
 
     /// A follower's pass begins: what it appends, the pass writes itself at its end (`endInlinePass`).
@@ -199,30 +202,20 @@ final class Journal: MutationLog, @unchecked Sendable {
     }
 
     /// A follower's pass ends, on its own thread (never an event loop serving clients): when
-    /// its appends found the writer idle, writes and syncs them here and now (true), rather
-    /// than waking the writer for them and a worker for the acknowledgement after. At the
-    /// leader's pace that is one thread woken per batch instead of three. Otherwise (the
-    /// writer is busy, or nothing was appended) as `recorded()`.
+    /// its appends found the writer idle (so they made this pass the writer, `startWriterIfIdle`),
+    /// writes and syncs them here and now (true), rather than waking the writer for them and a
+    /// worker for the acknowledgement after. At the leader's pace that is one thread woken per
+    /// batch instead of three. Otherwise (the writer is busy, or nothing was appended) as
+    /// `recorded()`.
     func endInlinePass() -> Bool {
-        let own: Bool = lock.withLock {
+        let (start, wake) = lock.withLock {
             inlinePass = false
-            guard writerStartPending else { return false }
-            // The append made this pass the writer (`startWriterIfIdle`): it drains, as the writer would.
-            (writerStartPending, writerWakePending) = (false, false)
-            _ = commit.passEnded()
-            return true
+            return takeWriterNeeds()
         }
-        guard own else {
-            recorded()
-            return false
-        }
+        if wake { returned.signal() }
+        guard start else { return false }
         queue.sync { drain(waitingForMore: false) }
         return true
-    }
-
-    /// Whether record `ticket` is written (and synced, per `--fsync`).
-    func isDurable(_ ticket: UInt64) -> Bool {
-        lock.withLock { commit.ackedSeq >= ticket && commit.failure == nil }
     }
 
     // MARK: - The change feed

@@ -627,9 +627,10 @@ final class Follower: @unchecked Sendable {
         ackThrough = nil
         var lines: [UInt8] = []
         Self.acknowledge(id: "r\(through.seq)", method: through.method, seq: through.seq, into: &lines)
-        if written, acksTicket.map(journal.isDurable) ?? true {
+        if written, acksTicket.map({ journal.sequences.durable >= $0 }) ?? true {
             acksTicket = nil
-            return lock.withLock { client }?.sendCounterRequestNow(lines) ?? ()
+            lock.withLock { client }?.sendCounterRequestNow(lines)
+            return
         }
         guard let ticket = acksTicket else { return send(lines) }
         acksTicket = nil
