@@ -374,7 +374,8 @@ public struct JournalReplay {
 
     /// `apply` for a record whose param `plain` left in its line (`JournalRecord.replayFields`):
     /// decoded from the line, as a request's plain param is, and run by the handler a request
-    /// runs. A record with no key runs silently (no outcome to remember, so no reply is written);
+    /// runs; or, for a create whose entry stores plain params, stored from the line's bytes
+    /// (`MethodTable.PlainStorer`). A record with no key runs silently (no outcome to remember, so no reply is written);
     /// a keyed one writes its reply to a scratch buffer and remembers it with the digest of its
     /// line's bytes. A param that does not decode that way, or a keyed record without that
     /// digest, goes the full way with its value, which decides and words the error.
@@ -386,6 +387,10 @@ public struct JournalReplay {
         case .success(let entry): cached = entry
         }
         guard let key = fields.key else {
+            if let store = cached.storer, store(&state, plain) {
+                applied += 1
+                return nil
+            }
             guard case .success(let call)? = cached.preparer(.plain(plain), .discarded) else {
                 return applyParsed(fields, plain: plain, seq: seq, entry: cached)
             }

@@ -66,6 +66,12 @@ public struct MethodTable<State>: Sendable {
         case later(@Sendable (@escaping @Sendable (Result<[UInt8], RPCError>) -> Void) -> Void)
     }
 
+    /// Applies a replayed record of a create from its plain param's bytes, storing them as the
+    /// record's fields with no value built (`storesPlain`): true when it did; false (the state
+    /// unchanged) when the param is not exactly the call's fields or breaks a rule, and the record
+    /// goes the usual way, which words the error.
+    package typealias PlainStorer = @Sendable (inout State, PlainObject) -> Bool
+
     /// A class: a request looks its entry up and holds it while it is staged, and a struct copied
     /// out of the table retained each closure and array in it (a shared refcount both loops hit,
     /// per request); an instance costs one.
@@ -85,12 +91,15 @@ public struct MethodTable<State>: Sendable {
         public let service: ServiceHandler?
         /// Decodes the param (outside any lock) into a call to run against the state (`Preparer`).
         package let preparer: Preparer
+        /// Set for a create whose replayed records may be stored from their bytes (`PlainStorer`).
+        package let storer: PlainStorer?
 
         init(
             method: RPCMethod, result: RPCMethod, fields: [RPCField], isMutation: Bool, access: RPCAccess, service: ServiceHandler?,
-            preparer: @escaping Preparer
+            preparer: @escaping Preparer, storer: PlainStorer? = nil
         ) {
             self.preparer = preparer
+            self.storer = storer
             self.method = method
             self.result = result
             self.resultHead = MethodHead(result)
@@ -163,6 +172,17 @@ public struct MethodTable<State>: Sendable {
             reply.writeJSON(into: &out)
             return nil
         }
+    }
+
+    /// Lets a replayed record of `C`, a create registered already, be applied by `store` from its
+    /// plain param's bytes (a follower applying its leader's records): what `C`'s handler would
+    /// do, with its rules checked on the bytes, and no value decoded.
+    package mutating func storesPlain<C: RPCCall>(_ call: C.Type, _ store: @escaping PlainStorer) {
+        guard let index = index(of: C.method) else { preconditionFailure("\(C.method) stores plain params before it is registered") }
+        let old = entries[index]
+        entries[index] = Entry(
+            method: old.method, result: old.result, fields: old.fields, isMutation: old.isMutation, access: old.access, service: old.service,
+            preparer: old.preparer, storer: store)
     }
 
     /// Registers `C`, a call on one record: `touches` names the record from the decoded param, and

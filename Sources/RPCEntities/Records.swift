@@ -101,7 +101,10 @@ public struct Records<Record: StoredRecord>: Sendable {
         }
 
         /// Writes `record` as `key`'s at the arena's end; returns where it starts.
-        private func write(_ record: Record, for key: ExactID) -> Int {
+        private func write(_ record: Record, for key: ExactID) -> Int { write(for: key) { record.store(into: &$0) } }
+
+        /// Writes `key`'s record, its fields written by `store`, at the arena's end; returns where it starts.
+        private func write(for key: ExactID, _ store: (inout RecordWriter) -> Void) -> Int {
             var writer = RecordWriter(bytes: [])
             swap(&writer.bytes, &arena)
             defer { swap(&writer.bytes, &arena) }
@@ -109,7 +112,7 @@ public struct Records<Record: StoredRecord>: Sendable {
             writer.write(key.string)
             let lengthAt = writer.bytes.count
             writer.bytes.append(0)
-            record.store(into: &writer)
+            store(&writer)
             let fields = writer.bytes.count - lengthAt - 1
             if fields < 0x80 {
                 writer.bytes[lengthAt] = UInt8(fields)
@@ -124,9 +127,13 @@ public struct Records<Record: StoredRecord>: Sendable {
 
         /// Adds `record` as `key`'s, which the shard does not hold.
         @inline(__always)
-        func append(_ record: Record, for key: ExactID) {
+        func append(_ record: Record, for key: ExactID) { append(for: key) { record.store(into: &$0) } }
+
+        /// `append`, the record's fields written by `store`.
+        @inline(__always)
+        func append(for key: ExactID, _ store: (inout RecordWriter) -> Void) {
             index.insert(hash: key.fingerprint, number: starts.count) { self.extent(at: $0).hash }
-            starts.append(write(record, for: key))
+            starts.append(write(for: key, store))
         }
 
         /// Sets `key`'s record: whether the key is new.
@@ -278,14 +285,22 @@ public struct Records<Record: StoredRecord>: Sendable {
     public mutating func insertNew(_ record: Record, id: String) -> Bool { insertNew(record, key: ExactID(id)) }
 
     public mutating func insertNew(_ record: Record, key: ExactID) -> Bool {
+        insertNew(key: key, storing: { record.store(into: &$0) }, or: { record })
+    }
+
+    /// `insertNew`, the record's fields written by `store` as `Record.store` would write them
+    /// (a replayed create's field bytes, stored as they are); `record` makes the value instead
+    /// while a copy still reads the shard.
+    @inline(__always)
+    public mutating func insertNew(key: ExactID, storing store: (inout RecordWriter) -> Void, or record: () -> Record) -> Bool {
         let s = Self.shard(key)
         if ownsShard(s) {
             let shard = shards[s]
             guard shard.position(of: key) == nil else { return false }
-            shard.append(record, for: key)
+            shard.append(for: key, store)
         } else {
             guard lookup(key, in: s) == nil else { return false }
-            overlays[s][key] = .some(record)
+            overlays[s][key] = .some(record())
         }
         addToOrder(key)
         return true

@@ -17,10 +17,13 @@ public struct RecordWriter {
 
     public mutating func write(_ string: String) {
         var string = string
-        string.withUTF8 { text in
-            write(text.count)
-            bytes.append(contentsOf: text)
-        }
+        string.withUTF8 { write(bytes: UnsafeRawBufferPointer($0)) }
+    }
+
+    /// Text given as its UTF-8 bytes (a plain param's value, as `write(_ string:)` writes it).
+    public mutating func write(bytes text: UnsafeRawBufferPointer) {
+        write(text.count)
+        bytes.append(contentsOf: text)
     }
 
     /// A count or length (not negative).
@@ -70,6 +73,12 @@ extension User: StoredRecord {
     public func store(into writer: inout RecordWriter) {
         writer.write(name)
         writer.write(email)
+    }
+
+    /// What `store(into:)` writes for a user with these fields' UTF-8 bytes.
+    static func store(name: UnsafeRawBufferPointer, email: UnsafeRawBufferPointer, into writer: inout RecordWriter) {
+        writer.write(bytes: name)
+        writer.write(bytes: email)
     }
 
     public init(id: String, from reader: inout RecordReader) {

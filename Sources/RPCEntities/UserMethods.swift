@@ -13,6 +13,16 @@ enum UserMethods {
             }
             return user
         }
+        // A follower applies its leader's creates from the line's bytes, for the same rules.
+        table.storesPlain(CreateUser.self) { state, plain in
+            guard plain.count == 3, let id = plain.stringBytes("id"), let name = plain.stringBytes("name"),
+                let email = plain.stringBytes("email"), !id.isEmpty, !name.isEmpty, email.contains(UInt8(ascii: "@"))
+            else { return false }
+            let key = ExactID(String(decoding: id, as: UTF8.self))
+            return state.users.insertNew(key: key) { User.store(name: name, email: email, into: &$0) } or: {
+                User(id: key.string, name: String(decoding: name, as: UTF8.self), email: String(decoding: email, as: UTF8.self))
+            }
+        }
         table.on(UpdateUser.self, touches: { .user($0.userId) }) { state, p, key throws(RPCError) in
             guard var user = state.users[key] else { throw Rules.unknownUser(p.userId) }
             if let name = p.newName {

@@ -544,10 +544,16 @@ struct _JSONParserState {
 extension PlainObject {
     /// The string at `key`, nil when absent.
     func string(_ key: String) -> String? {
+        stringBytes(key).map { _JSONParserState.validatedString($0.assumingMemoryBound(to: UInt8.self), ascii: true) }
+    }
+
+    /// The bytes of the string at `key`, nil when absent: its text, since a plain object's
+    /// strings are printable ASCII with no escape. Each pair is `"key":"value"` followed by `,`
+    /// or `}`: no quote inside either string.
+    package func stringBytes(_ key: String) -> UnsafeRawBufferPointer? {
         guard let base = bytes.baseAddress?.assumingMemoryBound(to: UInt8.self) else { return nil }
-        return ExactUTF8.withBytes(key) { wanted -> String? in
+        return ExactUTF8.withBytes(key) { wanted -> UnsafeRawBufferPointer? in
             let quote = UInt8(ascii: "\"")
-            // Each pair is `"key":"value"` followed by `,` or `}`: no quote inside either string.
             var i = 1  // past `{`
             while i < bytes.count && base[i] == quote {
                 let keyStart = i + 1
@@ -555,7 +561,7 @@ extension PlainObject {
                 let valueStart = k + 3  // past `":"`
                 let v = nextQuote(base, from: valueStart)
                 if k - keyStart == wanted.count, ExactUTF8.compare(UnsafeBufferPointer(start: base + keyStart, count: k - keyStart), wanted) == 0 {
-                    return _JSONParserState.validatedString(UnsafeBufferPointer(start: base + valueStart, count: v - valueStart), ascii: true)
+                    return UnsafeRawBufferPointer(start: base + valueStart, count: v - valueStart)
                 }
                 i = v + 2  // past `"` and `,` (or `}`)
             }

@@ -85,7 +85,10 @@ struct AccessTransportTests {
     func unixPathInUse() throws {
         let path = Self.tempPath("rpcd.sock")
         let first = try DaemonProcess(listen: ["127.0.0.1:0", "unix:\(path)"], expectedListeners: 1)
-        defer { first.stop() }
+        defer {
+            first.stop()
+            unlink(path)
+        }
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("rpcd-u-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: dir) }
         let second = try runProcess(try Binaries.rpcd(), ["serve", "--listen", "unix:\(path)", "--data-dir", dir.path])
@@ -138,7 +141,10 @@ struct UnixRoleTests {
         }
         let path = AccessTransportTests.tempPath("roles.sock")
         let daemon = try DaemonProcess(listen: ["127.0.0.1:0", "unix:\(path)"], extraArguments: ["--unix-roles", "root:read"], expectedListeners: 1)
-        defer { daemon.stop() }
+        defer {
+            daemon.stop()
+            unlink(path)
+        }
         #expect(daemon.stderrEventually(contains: "listening on unix:\(path)"))
         // Root (uid 0) reads without a token, and may not write.
         let read = try unixRequest(path, #"{"id":"1","method":"user.listUsers"}"#)
