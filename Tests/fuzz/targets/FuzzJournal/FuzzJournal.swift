@@ -4,7 +4,8 @@ import RPCEntities
 /// Fuzzes journal replay (`JournalReplay`, what `Recovery` runs at start) with arbitrary bytes as
 /// files. Nothing may crash, and every outcome must describe the bytes it was given.
 ///
-/// Input: when the first byte is even, the rest is one journal file. When it is odd, the rest is
+/// Input: when the first byte is even, the rest is one journal file, replayed, then applied as a
+/// follower applies its leader's lines, which must agree with the replay. When it is odd, the rest is
 /// cut at the first two 0xFF bytes (never part of valid UTF-8) into snapshot, journal and next
 /// journal, replayed in that order the way `Recovery` does: stop at the first failure, a torn
 /// journal tail is cut off and the next file still replays.
@@ -22,6 +23,7 @@ import RPCEntities
         var replay = JournalReplay()
         if mode & 1 == 0 {
             journal(rest, into: &replay)
+            follow(rest)
             return
         }
         let files = rest.split(separator: 0xFF, maxSplits: 2, omittingEmptySubsequences: false)
@@ -45,6 +47,26 @@ import RPCEntities
         fuzzCheck(outcome.applied == 0 || replay.lastSeq == before.0 &+ UInt64(outcome.applied),
             "last seq \(replay.lastSeq) after \(before.0) and \(outcome.applied) records")
         return true
+    }
+
+    /// The same bytes as a leader's lines, applied the way a follower applies them
+    /// (`Dispatcher.applyReplicated(lines:…)`, where a create is stored from the line's bytes):
+    /// never a crash, and when the replay took every line as a sealed record from sequence 1, the
+    /// follower applies as many and holds the same users and buildings.
+    static func follow(_ bytes: UnsafeRawBufferPointer) {
+        let dispatcher = Dispatcher()
+        var applier = JournalReplay()
+        let run = dispatcher.applyReplicated(lines: bytes, after: 0, applier: &applier)
+        fuzzCheck(run.applied == 0 || run.lastSeq == UInt64(run.applied), "\(run.applied) applied through \(run.lastSeq)")
+        var replay = JournalReplay()
+        guard case .success(let outcome) = replay.replayJournal(bytes), outcome.unsealed == 0, outcome.skipped == 0 else { return }
+        fuzzCheck(run.failure == nil && run.applied == outcome.applied,
+            "the replay applied \(outcome.applied), the follower \(run.applied): \(run.failure ?? "no failure")")
+        let state = dispatcher.withState { $0 }
+        fuzzCheck(state.users.page(after: nil, limit: nil).records == replay.state.users.page(after: nil, limit: nil).records,
+            "the follower's users differ from the replay's")
+        fuzzCheck(state.buildings.page(after: nil, limit: nil).records == replay.state.buildings.page(after: nil, limit: nil).records,
+            "the follower's buildings differ from the replay's")
     }
 
     static func check(_ result: Result<JournalReplay.FileOutcome, JournalReplay.Failure>, _ bytes: UnsafeRawBufferPointer, isSnapshot: Bool) {
