@@ -16,7 +16,7 @@ enum UserMethods {
         // A follower applies its leader's creates from the line's bytes, for the same rules.
         table.storesPlain(CreateUser.self) { state, plain in
             guard plain.count == 3, let id = plain.stringBytes("id"), let name = plain.stringBytes("name"),
-                let email = plain.stringBytes("email"), !id.isEmpty, !name.isEmpty, email.contains(UInt8(ascii: "@"))
+                let email = plain.stringBytes("email"), !id.isEmpty, !name.isEmpty, Rules.isEmail(email)
             else { return false }
             let key = ExactID(String(decoding: id, as: UTF8.self))
             return state.users.insertNew(key: key) { User.store(name: name, email: email, into: &$0) } or: {
@@ -71,9 +71,11 @@ enum Rules {
 
     static func requireEmail(_ email: String) throws(RPCError) {
         // Over the contiguous bytes: the UTF8View's iterator cost ~220 instructions an address.
-        let at = UInt8(ascii: "@")
-        guard email.utf8.withContiguousStorageIfAvailable({ $0.contains(at) }) ?? email.utf8.contains(at) else { throw .invalidParams("email \"\(email)\" has no @; give an address like ada@example.com") }
+        guard email.utf8.withContiguousStorageIfAvailable({ isEmail($0) }) ?? isEmail(email.utf8) else { throw .invalidParams("email \"\(email)\" has no @; give an address like ada@example.com") }
     }
+
+    /// What `requireEmail` asks of an address's UTF-8 bytes (a stored create checks it on them).
+    static func isEmail<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> Bool { bytes.contains(UInt8(ascii: "@")) }
 
     /// A list's `limit`: a whole number from 1 up; one above the record count lists them all. (The
     /// decoder already refused non-integers and numbers outside Int.)

@@ -22,8 +22,7 @@ import RPCEntities
         let rest = UnsafeRawBufferPointer(rebasing: input[1...])
         var replay = JournalReplay()
         if mode & 1 == 0 {
-            journal(rest, into: &replay)
-            follow(rest)
+            if let outcome = journal(rest, into: &replay) { follow(rest, replayed: replay, outcome) }
             return
         }
         let files = rest.split(separator: 0xFF, maxSplits: 2, omittingEmptySubsequences: false)
@@ -32,34 +31,34 @@ import RPCEntities
         check(result, snapshot, isSnapshot: true)
         guard case .success = result else { return }
         for file in files.dropFirst() {
-            guard journal(UnsafeRawBufferPointer(rebasing: file), into: &replay) else { return }
+            guard journal(UnsafeRawBufferPointer(rebasing: file), into: &replay) != nil else { return }
         }
     }
 
-    /// Replays one journal file; false when it failed (the start would stop there).
+    /// Replays one journal file; what it held, or nil when it failed (the start would stop there).
     @discardableResult
-    static func journal(_ bytes: UnsafeRawBufferPointer, into replay: inout JournalReplay) -> Bool {
+    static func journal(_ bytes: UnsafeRawBufferPointer, into replay: inout JournalReplay) -> JournalReplay.FileOutcome? {
         let before = (replay.lastSeq, replay.applied)
         let result = replay.replayJournal(bytes)
         check(result, bytes, isSnapshot: false)
-        guard case .success(let outcome) = result else { return false }
+        guard case .success(let outcome) = result else { return nil }
         fuzzCheck(replay.applied == before.1 + outcome.applied, "applied \(replay.applied) after \(before.1) and \(outcome.applied) more")
         fuzzCheck(outcome.applied == 0 || replay.lastSeq == before.0 &+ UInt64(outcome.applied),
             "last seq \(replay.lastSeq) after \(before.0) and \(outcome.applied) records")
-        return true
+        return outcome
     }
 
     /// The same bytes as a leader's lines, applied the way a follower applies them
     /// (`Dispatcher.applyReplicated(lines:…)`, where a create is stored from the line's bytes):
-    /// never a crash, and when the replay took every line as a sealed record from sequence 1, the
-    /// follower applies as many and holds the same users and buildings.
-    static func follow(_ bytes: UnsafeRawBufferPointer) {
+    /// never a crash, and when the replay (`replayed`, which held `outcome`) took every line as a
+    /// sealed record from sequence 1, the follower applies as many and holds the same users and
+    /// buildings.
+    static func follow(_ bytes: UnsafeRawBufferPointer, replayed replay: JournalReplay, _ outcome: JournalReplay.FileOutcome) {
         let dispatcher = Dispatcher()
         var applier = JournalReplay()
         let run = dispatcher.applyReplicated(lines: bytes, after: 0, applier: &applier)
         fuzzCheck(run.applied == 0 || run.lastSeq == UInt64(run.applied), "\(run.applied) applied through \(run.lastSeq)")
-        var replay = JournalReplay()
-        guard case .success(let outcome) = replay.replayJournal(bytes), outcome.unsealed == 0, outcome.skipped == 0 else { return }
+        guard outcome.unsealed == 0, outcome.skipped == 0 else { return }
         fuzzCheck(run.failure == nil && run.applied == outcome.applied,
             "the replay applied \(outcome.applied), the follower \(run.applied): \(run.failure ?? "no failure")")
         let state = dispatcher.withState { $0 }
