@@ -375,10 +375,10 @@ public struct JournalReplay {
     /// `apply` for a record whose param `plain` left in its line (`JournalRecord.replayFields`):
     /// decoded from the line, as a request's plain param is, and run by the handler a request
     /// runs; or, for a create whose entry stores plain params, stored from the line's bytes
-    /// (`MethodTable.PlainStorer`). A record with no key runs silently (no outcome to remember, so no reply is written);
-    /// a keyed one writes its reply to a scratch buffer and remembers it with the digest of its
-    /// line's bytes. A param that does not decode that way, or a keyed record without that
-    /// digest, goes the full way with its value, which decides and words the error.
+    /// (`MethodTable.PlainStorer`). A record with no key runs silently (no outcome to remember, so
+    /// no reply is written); a keyed one writes its reply to a scratch buffer and remembers it with
+    /// the digest of its line's bytes. A param that does not decode that way, or a keyed record
+    /// without that digest, goes the full way with its value, which decides and words the error.
     mutating func apply(_ fields: JournalRecord.Fields, plain: PlainObject?, seq: UInt64) -> Refusal? {
         guard let plain else { return apply(fields, seq: seq) }
         let cached: MethodTable<Entities>.Entry
